@@ -1,0 +1,1 @@
+"""Data (§5.1): parallel text, the subword vocabulary, batches by token count."""

@@ -1,0 +1,1 @@
+"""Decoding (§6.1): greedy and beam search over one narrow step interface."""

@@ -1,0 +1,61 @@
+"""Token embeddings scaled by sqrt(d_model) (§3.4) and positional encodings (§3.5)."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor, nn
+
+from ..config import ModelConfig
+
+
+def sinusoid_table(max_len: int, d_model: int, layout: str = "interleaved") -> Tensor:
+    """PE(pos, 2i) = sin(pos / 10000^(2i/d_model)), PE(pos, 2i+1) = cos(same), §3.5: (max_len, d_model).
+
+    layout "interleaved" is the paper's (sin and cos of one frequency side by side); "halves" puts
+    all sines first and all cosines after, as Marian and tensor2tensor lay them out.
+    """
+    pos = torch.arange(max_len, dtype=torch.float64)[:, None]  # (L, 1)
+    two_i = torch.arange(0, d_model, 2, dtype=torch.float64)  # (D/2,)
+    angle = pos / 10000 ** (two_i / d_model)  # (L, D/2); wavelength of pair i is 2*pi*10000^(2i/D)
+    if layout == "interleaved":
+        table = torch.stack([angle.sin(), angle.cos()], dim=-1).flatten(1)  # (L, D)
+    elif layout == "halves":
+        table = torch.cat([angle.sin(), angle.cos()], dim=-1)  # (L, D)
+    else:
+        raise ValueError(f"unknown sinusoid layout {layout!r}")
+    return table.float()
+
+
+class TokenEmbedding(nn.Embedding):
+    """A learned table of d_model-wide rows, multiplied by sqrt(d_model) (§3.4)."""
+
+    def __init__(self, vocab_size: int, config: ModelConfig):
+        super().__init__(vocab_size, config.d_model, padding_idx=config.pad_id)
+        self.scale = math.sqrt(config.d_model) if config.scale_embedding else 1.0
+        nn.init.normal_(self.weight, std=config.d_model**-0.5)  # scaled rows have unit variance
+        with torch.no_grad():
+            self.weight[config.pad_id].zero_()
+
+    def forward(self, ids: Tensor) -> Tensor:
+        return super().forward(ids) * self.scale  # (B, T) -> (B, T, D)
+
+
+class Positions(nn.Module):
+    """Positional encodings added at the bottom of both stacks (§3.5): sinusoids or learned (Table 3 E)."""
+
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.max_len = config.max_len
+        if config.positions == "learned":
+            self.table = nn.Parameter(torch.randn(config.max_len, config.d_model) * config.d_model**-0.5)
+        else:  # a fixed buffer, not saved: it is a function of the config
+            table = sinusoid_table(config.max_len, config.d_model, config.sinusoid_layout)
+            self.register_buffer("table", table, persistent=False)
+
+    def forward(self, length: int, offset: int = 0) -> Tensor:
+        """Encodings of positions offset .. offset+length-1: (length, D)."""
+        if offset + length > self.max_len:
+            raise ValueError(f"sequence of {offset + length} positions is longer than max_len {self.max_len}")
+        return self.table[offset : offset + length]

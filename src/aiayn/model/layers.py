@@ -1,0 +1,89 @@
+"""The position-wise feed-forward network (eq. 2) and the encoder and decoder layers (§3.1).
+
+Every sub-layer is wrapped as LayerNorm(x + Dropout(Sublayer(x))): post-norm, as in the paper,
+with dropout on each sub-layer's output before the residual addition (§5.4).
+"""
+
+from __future__ import annotations
+
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from ..config import ModelConfig
+from .attention import KeyValue, MultiHeadAttention
+
+ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu, "swish": F.silu}
+
+
+class FeedForward(nn.Module):
+    """FFN(x) = max(0, x W_1 + b_1) W_2 + b_2, eq. (2); the activation is configurable for Marian."""
+
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.fc1 = nn.Linear(config.d_model, config.d_ff)  # W_1, b_1
+        self.fc2 = nn.Linear(config.d_ff, config.d_model)  # W_2, b_2
+        self.activation = ACTIVATIONS[config.activation]
+        self.dropout = nn.Dropout(config.p_ffn_drop)  # not in the paper; 0 by default
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.fc2(self.dropout(self.activation(self.fc1(x))))
+
+
+class EncoderLayer(nn.Module):
+    """Self-attention, then the FFN, each as LayerNorm(x + Dropout(Sublayer(x))) (§3.1)."""
+
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.self_attn = MultiHeadAttention(config)
+        self.self_attn_layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+        self.ffn = FeedForward(config)
+        self.final_layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+        self.dropout = nn.Dropout(config.p_drop)
+
+    def forward(self, x: Tensor, mask: Tensor, need_weights: bool = False) -> tuple[Tensor, Tensor | None]:
+        """x (B, S, D), mask (B, 1, 1, S) -> (B, S, D) and, on request, weights (B, h, S, S)."""
+        q, kv = self.self_attn.project_qkv(x)
+        a, weights = self.self_attn.attend(q, kv, mask, need_weights)
+        x = self.self_attn_layer_norm(x + self.dropout(a))
+        x = self.final_layer_norm(x + self.dropout(self.ffn(x)))
+        return x, weights
+
+
+class DecoderLayer(nn.Module):
+    """Masked self-attention, encoder-decoder attention, then the FFN (§3.1), each post-norm."""
+
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        D, eps = config.d_model, config.layer_norm_eps
+        self.self_attn = MultiHeadAttention(config)
+        self.self_attn_layer_norm = nn.LayerNorm(D, eps=eps)
+        self.cross_attn = MultiHeadAttention(config)
+        self.cross_attn_layer_norm = nn.LayerNorm(D, eps=eps)
+        self.ffn = FeedForward(config)
+        self.final_layer_norm = nn.LayerNorm(D, eps=eps)
+        self.dropout = nn.Dropout(config.p_drop)
+
+    def forward(
+        self,
+        y: Tensor,
+        memory_kv: KeyValue,
+        self_mask: Tensor | None,
+        cross_mask: Tensor,
+        past_kv: KeyValue | None = None,
+        need_weights: bool = False,
+    ) -> tuple[Tensor, KeyValue, tuple[Tensor | None, Tensor | None]]:
+        """y (B, T, D) are the newest T target positions; past_kv holds the keys/values of earlier ones.
+
+        memory_kv are the encoder output's keys/values for this layer, (B, h, S, d_k), computed once.
+        Returns the new y, this layer's self-attention keys/values including y's (the next cache),
+        and on request the weights (B, h, T, t) of self-attention and (B, h, T, S) of cross-attention.
+        """
+        q, kv = self.self_attn.project_qkv(y)
+        if past_kv is not None:
+            kv = past_kv.extend(kv)  # (B, h, t, d_k): all positions so far
+        a, w_self = self.self_attn.attend(q, kv, self_mask, need_weights)
+        y = self.self_attn_layer_norm(y + self.dropout(a))
+        c, w_cross = self.cross_attn(y, memory_kv, cross_mask, need_weights)
+        y = self.cross_attn_layer_norm(y + self.dropout(c))
+        y = self.final_layer_norm(y + self.dropout(self.ffn(y)))
+        return y, kv, (w_self, w_cross)

@@ -1,0 +1,1 @@
+"""Training (§5): the schedule, the loss, the loop and checkpoints."""
