@@ -82,6 +82,25 @@ class ModelConfig:
         return cls(**values)
 
 
+@dataclass(frozen=True)
+class DecodeConfig:
+    """How to search for a translation (§6.1): beam 4, GNMT length penalty alpha 0.6, input length + 50."""
+
+    beam_size: int = field(default=4, metadata={"help": "beam width; 1 = greedy"})
+    alpha: float = field(default=0.6, metadata={"help": "length penalty alpha"})
+    length_penalty: Literal["gnmt", "power"] = "gnmt"  # gnmt: ((5+|Y|)/6)^alpha; power: |Y|^alpha (HF)
+    extra_len: int = 50  # maximum output length = input length + extra_len (§6.1)
+    max_len: int | None = None  # an absolute cap on output length as well (Marian's max_length)
+    n_best: int = 1
+    sample: bool = False  # sampling instead of search
+    temperature: float = 1.0
+    top_k: int = 0  # 0 = no top-k filter
+    top_p: float = 1.0  # 1 = no nucleus filter
+
+    def replace(self, **changes: Any) -> DecodeConfig:
+        return dataclasses.replace(self, **changes)
+
+
 # Table 3 (§6.2): base N=6, d_model=512, d_ff=2048, h=8, P_drop=0.1; big 6, 1024, 4096, 16, 0.3.
 PRESETS: dict[str, dict[str, Any]] = {
     "tiny": dict(d_model=64, d_ff=256, n_heads=4, n_layers=2, p_drop=0.1),

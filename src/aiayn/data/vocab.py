@@ -57,6 +57,14 @@ class Vocab:
         batch = self.sp.encode(texts)
         return [ids + [EOS_ID] for ids in batch] if add_eos else batch
 
+    # The Tokenizer interface that training and translation use; a Marian model has its own
+    # (separate source and target SentencePiece models), with the same three methods.
+    def encode_source(self, texts: list[str]) -> list[list[int]]:
+        return self.encode_batch(texts)
+
+    def encode_target(self, texts: list[str]) -> list[list[int]]:
+        return self.encode_batch(texts)
+
     def decode(self, ids: Iterable[int]) -> str:
         """Ids -> text; stops at the first </s> and skips pad and bos."""
         out = []
