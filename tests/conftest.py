@@ -1,0 +1,27 @@
+"""Shared fixtures: seeded tiny configurations, the real data folder."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+torch.set_num_threads(2)
+
+REPO = Path(__file__).resolve().parents[1]
+DATA = REPO.parent / "shared" / "data"
+
+
+@pytest.fixture(autouse=True)
+def _seed():
+    torch.manual_seed(0)
+
+
+@pytest.fixture
+def data_dir() -> Path:
+    if not (DATA / "multi30k").is_dir():
+        pytest.fail(f"the shared data folder is missing: {DATA}")
+    return DATA

@@ -1,0 +1,42 @@
+"""Scaled dot-product attention, eq. (1), against PyTorch's fused kernel, with the paper's masks."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+from aiayn.model import causal_mask, padding_mask, scaled_dot_product_attention
+
+
+def test_written_out_attention_equals_pytorch_sdpa_with_masks():
+    B, h, T, S, d_k = 3, 4, 5, 7, 16
+    q, k, v = torch.randn(B, h, T, d_k), torch.randn(B, h, S, d_k), torch.randn(B, h, S, d_k)
+    ids = torch.randint(4, 20, (B, S))
+    ids[0, 5:] = 0
+    ids[2, 1:] = 0
+    mask = padding_mask(ids, pad_id=0) & causal_mask(T, S)  # (B, 1, T, S): padding and look-ahead
+    out, weights = scaled_dot_product_attention(q, k, v, mask, need_weights=True)
+    fused, none = scaled_dot_product_attention(q, k, v, mask)
+    assert none is None
+    reference = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    assert (out - reference).abs().max().item() < 1e-5
+    assert (fused - reference).abs().max().item() == 0
+    assert torch.allclose(weights.sum(-1), torch.ones(B, h, T), atol=1e-6)  # every row sums to 1
+    assert torch.all(weights.masked_select(~mask.expand_as(weights)) == 0)  # masked weights exactly 0
+
+
+def test_eq1_by_hand_for_one_query():
+    q = torch.tensor([[[[1.0, 0.0]]]])  # (1, 1, 1, 2)
+    k = torch.tensor([[[[1.0, 0.0], [0.0, 1.0]]]])
+    v = torch.tensor([[[[10.0, 0.0], [0.0, 10.0]]]])
+    _, w = scaled_dot_product_attention(q, k, v, None, need_weights=True)
+    e = math.exp(1 / math.sqrt(2))
+    assert torch.allclose(w[0, 0, 0], torch.tensor([e / (e + 1), 1 / (e + 1)]))
+
+
+def test_causal_mask_with_cached_prefix():
+    assert causal_mask(3).squeeze().tolist() == [[1, 0, 0], [1, 1, 0], [1, 1, 1]]
+    # Two new queries after three cached positions see everything up to themselves.
+    assert causal_mask(2, 5).squeeze().tolist() == [[1, 1, 1, 1, 0], [1, 1, 1, 1, 1]]
