@@ -122,7 +122,8 @@ class Transformer(nn.Module):
         tgt_embed = src_embed if config.share_embeddings else TokenEmbedding(config.target_vocab_size, config)
         self.encoder = Encoder(config, src_embed, positions)
         self.decoder = Decoder(config, tgt_embed, positions)
-        self.logits_bias = nn.Parameter(torch.zeros(config.target_vocab_size)) if config.final_logits_bias else None
+        # Marian's final logits bias: a saved buffer, not trained, as Hugging Face holds it (and counts it).
+        self.register_buffer("logits_bias", torch.zeros(config.target_vocab_size) if config.final_logits_bias else None)
         if not config.tie_output:
             self.output_proj = nn.Linear(config.d_model, config.target_vocab_size, bias=False)
         self._init_linear_weights()
@@ -185,5 +186,5 @@ class Transformer(nn.Module):
             "encoder": sum(p.numel() for p in self.encoder.layers.parameters()),
             "decoder": sum(p.numel() for p in self.decoder.layers.parameters()),
         }
-        counts["other"] = self.num_parameters() - sum(counts.values())  # logits bias, learned positions
+        counts["other"] = self.num_parameters() - sum(counts.values())  # learned positions, untied output
         return counts
