@@ -1,36 +1,68 @@
-"""Greedy decoding with the incremental decoder: one new token per step, cached keys/values."""
+"""Greedy decoding with the incremental decoder: the most probable token at each step, cached keys/values."""
 
 from __future__ import annotations
+
+import math
 
 import torch
 from torch import Tensor
 
+from ..config import DecodeConfig
 from ..model import Transformer
+from .beam import Hypothesis, length_penalty
+from .step import StepModel, as_step_model, output_limits
 
 
-@torch.no_grad()
+@torch.inference_mode()
 def greedy_search(model: Transformer, src: Tensor, max_len: int | Tensor | None = None, extra: int = 50) -> Tensor:
-    """The most probable token at each step until </s>: src (B, S) -> hypotheses (B, L), pad after </s>.
+    """src (B, S) -> hypotheses (B, L), pad after </s>; L is the longest limit.
 
-    The output stops at max_len tokens (default: source length + `extra`, §6.1) or when every
-    sentence has produced </s>. The encoder runs once; the decoder takes one token per step.
+    Each output stops at </s> or after max_len tokens (default: that sentence's length + `extra`, §6.1).
     """
-    cfg = model.config
-    B = src.size(0)
+    step = as_step_model(model)
     if max_len is None:
-        max_len = src.size(1) + extra
-    memory, src_mask = model.encode(src)
-    state = model.start_state(memory, src_mask)
-    tokens = torch.full((B, 1), cfg.bos_id, dtype=torch.long, device=src.device)
-    out = []
-    done = torch.zeros(B, dtype=torch.bool, device=src.device)
-    for _ in range(int(max_len)):
-        logits, state = model.decode_step(tokens, state)  # (B, V)
-        logits[:, cfg.pad_id] = float("-inf")  # never write the pad / start token
-        tokens = logits.argmax(dim=-1, keepdim=True)  # (B, 1)
-        tokens = tokens.masked_fill(done[:, None], cfg.pad_id)
-        out.append(tokens)
-        done |= tokens[:, 0] == cfg.eos_id
-        if done.all():
-            break
-    return torch.cat(out, dim=1)
+        limits = output_limits(src, step.pad_id, extra, step.max_len)
+    else:
+        limits = torch.full((src.size(0),), int(max_len), device=src.device)
+    hyps = _greedy(step, src, limits)
+    out = torch.full((src.size(0), int(limits.max())), step.pad_id, dtype=torch.long)
+    for i, h in enumerate(hyps):
+        out[i, : len(h.tokens)] = torch.tensor(h.tokens, dtype=torch.long)
+    return out.to(src.device)
+
+
+@torch.inference_mode()
+def greedy_hypotheses(model: Transformer | StepModel, src: Tensor, config: DecodeConfig = DecodeConfig()) -> list[list[Hypothesis]]:
+    """Greedy search with beam_search's limits and result type: one hypothesis per sentence."""
+    step = as_step_model(model)
+    caps = [c for c in (config.max_len, step.max_len) if c is not None]
+    limits = output_limits(src, step.pad_id, config.extra_len, min(caps) if caps else None)
+    hyps = _greedy(step, src, limits)
+    lp = lambda n: length_penalty(config.alpha, float(n), config.length_penalty)  # noqa: E731
+    return [[Hypothesis(h.tokens, h.log_prob / lp(len(h.tokens)), h.log_prob)] for h in hyps]
+
+
+def _greedy(step: StepModel, src: Tensor, limits: Tensor) -> list[Hypothesis]:
+    """The argmax path of each sentence until </s> or its limit; finished sentences leave the batch."""
+    B = src.size(0)
+    cache = step.start(src)
+    tokens = torch.full((B, 1), step.bos_id, dtype=torch.long, device=src.device)  # (B', 1)
+    alive = torch.arange(B, device=src.device)  # (B',) sentence of each row
+    history = torch.full((B, int(limits.max())), step.pad_id, dtype=torch.long, device=src.device)
+    log_prob = torch.zeros(B, device=src.device)
+    length = torch.zeros(B, dtype=torch.long, device=src.device)
+    for t in range(int(limits.max())):
+        log_probs, cache = step.step(tokens, cache)  # (B', V)
+        for banned in step.banned:
+            log_probs[:, banned] = -math.inf
+        best, tokens = log_probs.max(dim=1, keepdim=True)  # (B', 1)
+        history[alive, t] = tokens[:, 0]
+        log_prob[alive] += best[:, 0]
+        length[alive] = t + 1
+        ended = (tokens[:, 0] == step.eos_id) | (t + 1 >= limits[alive])
+        if ended.any():
+            keep = (~ended).nonzero()[:, 0]
+            if keep.numel() == 0:
+                break
+            alive, tokens, cache = alive[keep], tokens[keep], cache.index_select(keep)
+    return [Hypothesis(history[i, : int(length[i])].tolist(), float(log_prob[i]), float(log_prob[i])) for i in range(B)]

@@ -1,0 +1,91 @@
+"""The one narrow interface search reaches a model through: tokens and cache in, log-probs and cache out.
+
+Greedy search, beam search and sampling see a model only as a `StepModel`: `start(src)` encodes
+the source once and returns the cache, `step(tokens, cache)` scores the next token. A cache is
+anything with `index_select(rows)`, which reorders beams and drops finished sentences in one go.
+Tests drive the same searches with hand-written probability tables through this interface.
+
+Dimension legend: B sentences, N = B x beams rows, S source length, V target vocabulary.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+import torch
+from torch import Tensor
+
+from ..model import DecoderState, Transformer
+
+
+class Cache(Protocol):
+    def index_select(self, index: Tensor) -> Any: ...
+
+
+class StepModel(Protocol):
+    bos_id: int  # the token every target starts from
+    eos_id: int
+    pad_id: int  # padding of source batches
+    banned: tuple[int, ...]  # tokens never generated (pad, the start token)
+    max_len: int | None  # longest target the model can take (its position table), None = no limit
+
+    def start(self, src: Tensor) -> Cache: ...
+
+    def step(self, tokens: Tensor, cache: Any) -> tuple[Tensor, Any]: ...
+
+
+class TransformerStep:
+    """A `Transformer` behind the step interface, decoding incrementally (cached keys and values, §3.2.3)."""
+
+    def __init__(self, model: Transformer):
+        self.model = model
+        cfg = model.config
+        self.bos_id, self.eos_id, self.pad_id = cfg.bos_id, cfg.eos_id, cfg.pad_id
+        self.banned = tuple(sorted({cfg.pad_id, cfg.bos_id}))
+        self.max_len = cfg.max_len
+
+    def start(self, src: Tensor) -> DecoderState:
+        """Run the encoder once: src (B, S) -> the decoder's starting state."""
+        memory, src_mask = self.model.encode(src)
+        return self.model.start_state(memory, src_mask)
+
+    def step(self, tokens: Tensor, cache: DecoderState) -> tuple[Tensor, DecoderState]:
+        """tokens (N, 1) -> log-probabilities (N, V) of the next token, and the extended cache."""
+        logits, cache = self.model.decode_step(tokens, cache)
+        return logits.float().log_softmax(dim=-1), cache
+
+
+class Prefix:
+    """An uncached state: the source memory and the whole target prefix, recomputed every step."""
+
+    def __init__(self, memory: Tensor, src_mask: Tensor, tokens: Tensor):
+        self.memory, self.src_mask, self.tokens = memory, src_mask, tokens  # (N, S, D), (N,1,1,S), (N, t)
+
+    def index_select(self, index: Tensor) -> Prefix:
+        return Prefix(self.memory[index], self.src_mask[index], self.tokens[index])
+
+
+class UncachedTransformerStep(TransformerStep):
+    """The same model without incremental decoding: each step runs the decoder over the full prefix.
+
+    Slow (quadratic) and only for checking that the cache changes nothing.
+    """
+
+    def start(self, src: Tensor) -> Prefix:
+        memory, src_mask = self.model.encode(src)
+        return Prefix(memory, src_mask, src.new_zeros(src.size(0), 0))
+
+    def step(self, tokens: Tensor, cache: Prefix) -> tuple[Tensor, Prefix]:
+        prefix = torch.cat([cache.tokens, tokens], dim=1)  # (N, t)
+        logits = self.model.decode(prefix, cache.memory, cache.src_mask)[:, -1]  # (N, V)
+        return logits.float().log_softmax(dim=-1), Prefix(cache.memory, cache.src_mask, prefix)
+
+
+def as_step_model(model: Transformer | StepModel) -> StepModel:
+    return TransformerStep(model) if isinstance(model, Transformer) else model
+
+
+def output_limits(src: Tensor, pad_id: int, extra_len: int, max_len: int | None) -> Tensor:
+    """Longest output per sentence, </s> included: source length + extra_len (§6.1), capped by max_len: (B,)."""
+    limits = (src != pad_id).sum(dim=1) + extra_len
+    return limits.clamp(max=max_len) if max_len is not None else limits

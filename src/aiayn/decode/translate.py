@@ -1,0 +1,148 @@
+"""`Translator`: text in, text out, for the Python API, `aiayn translate`, validation BLEU and serving.
+
+Sentences are encoded, grouped into batches of similar length (longest first), searched with beam
+search (or greedy search or sampling), decoded and put back in input order. An empty sentence gives
+an empty translation without running the model; a sentence longer than the model's position table
+is an error naming it, unless `truncate` is set.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import torch
+
+from ..config import DecodeConfig
+from ..model import Transformer
+from .beam import Hypothesis, beam_search
+from .greedy import greedy_hypotheses
+from .sampling import sample
+
+
+class Translation(NamedTuple):
+    text: str
+    score: float  # length-penalised log-probability, what the search ranked by
+    log_prob: float
+
+
+class Translator:
+    """A model, its tokenizer and how to search; `translate(sentences)` returns their translations."""
+
+    def __init__(
+        self,
+        model: Transformer,
+        tokenizer: Any,
+        decode_config: DecodeConfig = DecodeConfig(),
+        device: str | torch.device = "cpu",
+        batch_size: int = 32,
+        max_tokens: int | None = None,
+        truncate: bool = False,
+    ):
+        self.device = torch.device(device)
+        self.model = model.to(self.device).eval()
+        self.tokenizer = tokenizer
+        self.config = decode_config
+        self.batch_size, self.max_tokens, self.truncate = batch_size, max_tokens, truncate
+        self.max_source_len = model.config.max_len
+
+    @classmethod
+    def load(cls, path: str | Path, device: str | torch.device = "cpu", int8: bool = False, **options: Any) -> Translator:
+        """An aiayn model directory, or a Hugging Face Marian one; options override its decoding defaults."""
+        from ..io import is_aiayn_model
+
+        path = Path(path)
+        if is_aiayn_model(path):
+            from ..data.vocab import Vocab
+            from ..io import load_model
+
+            model, tokenizer, defaults = load_model(path), Vocab.load(path / "spm.model"), DecodeConfig()
+        elif (path / "config.json").is_file():
+            from ..marian import load_marian  # issue 5
+
+            model, tokenizer, defaults = load_marian(path)
+        else:
+            raise FileNotFoundError(f"{path}: not a model directory (no config.json)")
+        if int8:
+            from .quantize import quantize_int8
+
+            model = quantize_int8(model)
+        search = {k: v for k, v in options.items() if k in DecodeConfig.__dataclass_fields__ and v is not None}
+        batching = {k: v for k, v in options.items() if k not in search and v is not None}
+        return cls(model, tokenizer, defaults.replace(**search), device, **batching)
+
+    def decode_config(self, **options: Any) -> DecodeConfig:
+        """This translator's search settings with the given ones (those not None) replaced."""
+        return self.config.replace(**{k: v for k, v in options.items() if v is not None})
+
+    def translate(self, sentences: list[str], **options: Any) -> list[str]:
+        """The best translation of each sentence; options are DecodeConfig fields (beam_size, alpha, ...)."""
+        return [hyps[0].text if hyps else "" for hyps in self.translate_n_best(sentences, **options)]
+
+    def translate_n_best(self, sentences: list[str], **options: Any) -> list[list[Translation]]:
+        """The n_best translations of each sentence with their scores, best first ([] for an empty one)."""
+        config = self.decode_config(**options)
+        ids = self.encode(sentences)
+        out: list[list[Translation]] = [[] for _ in sentences]
+        for batch in self.batches(ids):
+            src = self._pad([ids[i] for i in batch])
+            for i, hyps in zip(batch, self.search(src, config)):
+                out[i] = [Translation(self.tokenizer.decode(h.tokens), h.score, h.log_prob) for h in hyps]
+        return out
+
+    def translate_stream(self, lines: Iterable[str], chunk: int = 4096, **options: Any) -> Iterator[str]:
+        """Translations of lines, one for each, in order; chunk lines at a time are sorted into batches."""
+        block: list[str] = []
+        for line in lines:
+            block.append(line)
+            if len(block) == chunk:
+                yield from self.translate(block, **options)
+                block = []
+        if block:
+            yield from self.translate(block, **options)
+
+    def encode(self, sentences: list[str]) -> list[list[int]]:
+        """Source ids (ending in </s>); [] for an empty sentence; too long: an error naming it, or cut."""
+        nonempty = [i for i, s in enumerate(sentences) if s.strip()]
+        encoded = self.tokenizer.encode_source([sentences[i] for i in nonempty])
+        ids: list[list[int]] = [[] for _ in sentences]
+        limit = self.max_source_len
+        for i, seq in zip(nonempty, encoded):
+            if len(seq) > limit:
+                if not self.truncate:
+                    raise ValueError(
+                        f"sentence {i + 1}: {len(seq)} tokens, longer than the model's maximum of {limit}"
+                        " (truncate to cut it)"
+                    )
+                seq = seq[: limit - 1] + seq[-1:]  # keep the final </s>
+            ids[i] = seq
+        return ids
+
+    def batches(self, ids: list[list[int]]) -> Iterator[list[int]]:
+        """Indices of the non-empty sentences, longest first, in batches of batch_size (or max_tokens)."""
+        order = sorted((i for i in range(len(ids)) if ids[i]), key=lambda i: -len(ids[i]))
+        batch: list[int] = []
+        for i in order:
+            too_many = len(batch) == self.batch_size
+            if self.max_tokens is not None:  # padded size of the batch with this sentence added
+                too_many = bool(batch) and (len(batch) + 1) * len(ids[batch[0]]) > self.max_tokens
+            if too_many:
+                yield batch
+                batch = []
+            batch.append(i)
+        if batch:
+            yield batch
+
+    def search(self, src: torch.Tensor, config: DecodeConfig) -> list[list[Hypothesis]]:
+        """Hypotheses for a padded source batch (B, S): sampling, greedy (beam 1) or beam search."""
+        if config.sample:
+            return sample(self.model, src, config)
+        if config.beam_size == 1:
+            return greedy_hypotheses(self.model, src, config)
+        return beam_search(self.model, src, config)
+
+    def _pad(self, seqs: list[list[int]]) -> torch.Tensor:
+        S = max(len(s) for s in seqs)
+        pad = self.model.config.pad_id
+        return torch.tensor([s + [pad] * (S - len(s)) for s in seqs], dtype=torch.long, device=self.device)
