@@ -21,6 +21,14 @@ from .greedy import greedy_hypotheses
 from .sampling import sample
 
 
+class SentenceTooLong(ValueError):
+    """A sentence has more tokens than the model's position table; index is its place in the input."""
+
+    def __init__(self, index: int, detail: str):
+        super().__init__(f"sentence {index + 1}: {detail}")
+        self.index, self.detail = index, detail
+
+
 class Translation(NamedTuple):
     text: str
     score: float  # length-penalised log-probability, what the search ranked by
@@ -74,7 +82,10 @@ class Translator:
 
     def decode_config(self, **options: Any) -> DecodeConfig:
         """This translator's search settings with the given ones (those not None) replaced."""
-        return self.config.replace(**{k: v for k, v in options.items() if v is not None})
+        config = self.config.replace(**{k: v for k, v in options.items() if v is not None})
+        if config.n_best > config.beam_size and not config.sample:
+            raise ValueError(f"n_best {config.n_best} is more than the beam size {config.beam_size}")
+        return config
 
     def translate(self, sentences: list[str], **options: Any) -> list[str]:
         """The best translation of each sentence; options are DecodeConfig fields (beam_size, alpha, ...)."""
@@ -111,10 +122,8 @@ class Translator:
         for i, seq in zip(nonempty, encoded):
             if len(seq) > limit:
                 if not self.truncate:
-                    raise ValueError(
-                        f"sentence {i + 1}: {len(seq)} tokens, longer than the model's maximum of {limit}"
-                        " (truncate to cut it)"
-                    )
+                    detail = f"{len(seq)} tokens, more than the model's maximum of {limit} (truncate to cut it)"
+                    raise SentenceTooLong(i, detail)
                 seq = seq[: limit - 1] + seq[-1:]  # keep the final </s>
             ids[i] = seq
         return ids

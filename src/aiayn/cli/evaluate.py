@@ -1,0 +1,65 @@
+"""aiayn evaluate: sacreBLEU (with its signature), the paper's tokenised BLEU, chrF and perplexity.
+
+Either score a hypothesis file (--hyp H --ref R), or translate a source file with a model and score
+that (--model M --src S --ref R); with a model, the references' per-word-piece perplexity is reported too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from .translate import add_search_arguments, chunks, load_translator, read_lines
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--ref", required=True, help="reference translations, one a line")
+    parser.add_argument("--hyp", help="translations to score (instead of --model)")
+    parser.add_argument("--model", help="translate --src with this model, then score")
+    parser.add_argument("--src", help="source sentences (with --model)")
+    parser.add_argument("--save-hyp", help="with --model: also write the translations here")
+    parser.add_argument("--lang", default="de", help="target language for the tokenised BLEU (default de)")
+    parser.add_argument("--json", action="store_true", help="print the scores as one JSON object")
+    add_search_arguments(parser)
+
+
+def read_file(path: str) -> list[str]:
+    with open(path, "rb") as f:
+        return list(read_lines(f, path))
+
+
+def run(args: argparse.Namespace) -> int:
+    from .. import evaluate
+
+    refs = read_file(args.ref)
+    scores, extra = [], {}
+    if args.hyp:
+        hyps = read_file(args.hyp)
+    elif args.model and args.src:
+        srcs = read_file(args.src)
+        if len(srcs) != len(refs):
+            raise ValueError(f"{args.src} has {len(srcs)} lines but {args.ref} has {len(refs)}")
+        translator = load_translator(args)
+        hyps = [h for block in chunks(iter(srcs), 2048) for h in translator.translate(block)]
+        if args.save_hyp:
+            Path(args.save_hyp).write_text("".join(h + "\n" for h in hyps), encoding="utf-8")
+        ppl, n = evaluate.perplexity(
+            translator.model, translator.tokenizer.encode_source(srcs), translator.tokenizer.encode_target(refs),
+            args.batch_size, translator.device,
+        )
+        extra = {"perplexity": ppl, "reference_tokens": n}
+    else:
+        raise ValueError("give --hyp, or --model with --src")
+    if len(hyps) != len(refs):
+        raise ValueError(f"{args.hyp} has {len(hyps)} lines but {args.ref} has {len(refs)}")
+    scores = [evaluate.sacre_bleu(hyps, refs), evaluate.tokenized_bleu(hyps, refs, args.lang), evaluate.chrf(hyps, refs)]
+    if args.json:
+        out = {s.name: {"score": round(s.score, 4), "signature": s.signature} for s in scores}
+        print(json.dumps({**out, **extra}))
+    else:
+        for s in scores:
+            print(s)
+        if extra:
+            print(f"perplexity = {extra['perplexity']:.3f}  (per word piece, {extra['reference_tokens']} reference tokens)")
+    return 0

@@ -1,0 +1,136 @@
+"""aiayn translate: one translation per input line, in order (§6.1 beam search by default).
+
+stdin to stdout, or --input/--output files (written to a temporary file and renamed at the end, so
+a failed run leaves no half output). Lines are read in chunks, sorted by length into batches and
+written back in input order; an empty line gives an empty line. A line that is not UTF-8, or longer
+than the model takes (unless --truncate), stops the run with an error naming the line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import BinaryIO, TextIO
+
+CHUNK = 2048  # lines sorted and batched together; memory stays bounded on files of any size
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", required=True, help="an aiayn model directory or a Hugging Face Marian one")
+    parser.add_argument("--input", "-i", help="source text, one sentence a line (default: stdin)")
+    parser.add_argument("--output", "-o", help="where to write the translations (default: stdout)")
+    add_search_arguments(parser)
+    parser.add_argument("--n-best", type=int, default=None,
+                        help="write the N best translations of each line as 'LINE<tab>SCORE<tab>TEXT' lines")
+    parser.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
+
+
+def add_search_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options shared with `aiayn evaluate`: search, batching, device."""
+    parser.add_argument("--beam-size", "-b", type=int, help="beam width (default: the model's, else 4); 1 = greedy")
+    parser.add_argument("--alpha", type=float, help="length penalty alpha (default 0.6, GNMT)")
+    parser.add_argument("--length-penalty", choices=["gnmt", "power"], help="((5+|Y|)/6)^alpha or |Y|^alpha")
+    parser.add_argument("--max-len", type=int, help="longest output in tokens (besides input length + 50)")
+    parser.add_argument("--sample", action="store_true", default=None, help="sample instead of searching")
+    parser.add_argument("--temperature", type=float)
+    parser.add_argument("--top-k", type=int)
+    parser.add_argument("--top-p", type=float)
+    parser.add_argument("--seed", type=int, default=0, help="random seed for --sample")
+    parser.add_argument("--batch-size", type=int, default=32, help="sentences per batch (default 32)")
+    parser.add_argument("--max-tokens", type=int, help="batch by padded source tokens instead of sentences")
+    parser.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, ...")
+    parser.add_argument("--int8", action="store_true", help="int8 weights for the linear layers (CPU)")
+    parser.add_argument("--truncate", action="store_true", help="cut lines longer than the model takes")
+
+
+def load_translator(args: argparse.Namespace):
+    import torch
+
+    from ..decode.translate import Translator
+
+    torch.manual_seed(args.seed)
+    return Translator.load(
+        args.model, device=args.device, int8=args.int8, beam_size=args.beam_size, alpha=args.alpha,
+        length_penalty=args.length_penalty, max_len=args.max_len, sample=args.sample,
+        temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, n_best=getattr(args, "n_best", None),
+        batch_size=args.batch_size, max_tokens=args.max_tokens, truncate=args.truncate,
+    )
+
+
+def read_lines(stream: BinaryIO, name: str) -> Iterator[str]:
+    """Lines without their line ends; a line that is not UTF-8 is an error naming it."""
+    for number, raw in enumerate(stream, start=1):
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as err:
+            raise ValueError(f"{name}: line {number}: not valid UTF-8 ({err.reason} at byte {err.start})") from None
+        yield line.rstrip("\r\n")
+
+
+def chunks(lines: Iterator[str], size: int) -> Iterator[list[str]]:
+    block: list[str] = []
+    for line in lines:
+        block.append(line)
+        if len(block) == size:
+            yield block
+            block = []
+    if block:
+        yield block
+
+
+def translate_stream(translator, stream: BinaryIO, name: str, out: TextIO, n_best: int | None, progress) -> int:
+    """Translate every line of stream into out; returns the number of lines."""
+    from ..decode.translate import SentenceTooLong
+
+    done = 0
+    for block in chunks(read_lines(stream, name), CHUNK):
+        try:
+            if n_best:
+                results = translator.translate_n_best(block)
+                for i, hyps in enumerate(results, start=done + 1):
+                    for h in hyps or [None] * n_best:  # an empty line: n_best empty translations
+                        out.write(f"{i}\t{h.score if h else 0.0:.4f}\t{h.text if h else ''}\n")
+            else:
+                out.writelines(text + "\n" for text in translator.translate(block))
+        except SentenceTooLong as err:
+            raise ValueError(f"{name}: line {done + err.index + 1}: {err.detail}") from None
+        done += len(block)
+        out.flush()
+        if progress is not None:
+            progress.update(len(block))
+    return done
+
+
+def run(args: argparse.Namespace) -> int:
+    translator = load_translator(args)
+    name = args.input or "<stdin>"
+    progress = None
+    if args.input and not args.quiet:
+        from tqdm import tqdm
+
+        with open(args.input, "rb") as f:
+            total = sum(1 for _ in f)
+        progress = tqdm(total=total, unit="line", file=sys.stderr, desc="translate")
+    stream = open(args.input, "rb") if args.input else sys.stdin.buffer
+    try:
+        if args.output:
+            tmp = Path(args.output + ".tmp")
+            try:
+                with open(tmp, "w", encoding="utf-8", newline="\n") as out:
+                    translate_stream(translator, stream, name, out, args.n_best, progress)
+                os.replace(tmp, args.output)
+            finally:
+                tmp.unlink(missing_ok=True)
+        else:
+            if hasattr(sys.stdout, "reconfigure"):
+                sys.stdout.reconfigure(encoding="utf-8")
+            translate_stream(translator, stream, name, sys.stdout, args.n_best, progress)
+    finally:
+        if args.input:
+            stream.close()
+        if progress is not None:
+            progress.close()
+    return 0

@@ -1,0 +1,142 @@
+"""The Translator and `aiayn translate`: one output line per input line, in order, with clear errors."""
+
+from __future__ import annotations
+
+import gzip
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from aiayn.cli import main
+from aiayn.config import DecodeConfig, ModelConfig
+from aiayn.data.vocab import Vocab
+from aiayn.decode.translate import SentenceTooLong, Translator
+from aiayn.io import save_model
+from aiayn.model import Transformer
+
+MAX_LEN = 96
+
+
+def build_tiny_model_dir(directory: Path, data_dir: Path) -> Path:
+    """Random tiny weights and a 200-piece vocabulary trained on 300 Multi30k sentence pairs."""
+    lines = []
+    for lang in ("en", "de"):
+        with gzip.open(data_dir / "multi30k" / f"train.{lang}.gz", "rt", encoding="utf-8") as f:
+            lines += [next(f).strip() for _ in range(300)]
+    vocab = Vocab.train(lines, 200)
+    torch.manual_seed(0)
+    config = ModelConfig.preset("tiny", vocab_size=len(vocab), max_len=MAX_LEN, final_logits_bias=True)
+    model = Transformer(config)
+    with torch.no_grad():
+        model.logits_bias[config.eos_id] = 1.0  # random weights rarely stop; this ends some outputs early
+    return save_model(model, directory, vocab.proto)
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory, data_dir) -> Path:
+    return build_tiny_model_dir(tmp_path_factory.mktemp("tiny"), data_dir)
+
+
+@pytest.fixture(scope="module")
+def data_dir() -> Path:  # module scope, unlike conftest's
+    path = Path(__file__).resolve().parents[2] / "shared" / "data"
+    if not (path / "multi30k").is_dir():
+        pytest.fail(f"the shared data folder is missing: {path}")
+    return path
+
+
+LINES = [
+    "A man in a red shirt is riding a bicycle down the street while people watch.",
+    "",
+    "Zwei Hunde.",
+    "   ",
+    "Ein Mädchen ☃ springt über den Zaun — «schnell»!",
+    "Dogs.",
+    "A very long sentence about a group of people standing in front of an old building at night.",
+]
+
+
+def test_translator_api(model_dir):
+    translator = Translator.load(model_dir, beam_size=3)
+    assert translator.config == DecodeConfig(beam_size=3)
+    out = translator.translate(LINES)
+    assert len(out) == len(LINES) and out[1] == "" and out[3] == ""
+    assert len({out[i] for i in (0, 2, 4, 5, 6)}) > 1
+    # Each line alone gives the same translation as in the batch sorted by length.
+    for line, text in zip(LINES, out):
+        assert translator.translate([line]) == [text]
+    n_best = translator.translate_n_best(LINES[:1], n_best=3)[0]
+    assert len(n_best) == 3 and n_best[0].text == out[0]
+    assert n_best[0].score >= n_best[1].score >= n_best[2].score
+    assert translator.translate(LINES, beam_size=1) == [t[0].text if t else "" for t in (
+        [translator.translate_n_best([line], beam_size=1)[0] for line in LINES])]
+
+
+def test_too_long_sentence_is_named_or_truncated(model_dir):
+    translator = Translator.load(model_dir)
+    long_line = "word " * 200
+    with pytest.raises(SentenceTooLong, match="sentence 2: .* more than the model's maximum of 96"):
+        translator.translate(["short", long_line])
+    cut = Translator.load(model_dir, truncate=True)
+    assert len(cut.translate(["short", long_line])) == 2
+    assert len(cut.encode([long_line])[0]) == MAX_LEN
+
+
+def run_cli(*argv: str) -> int:
+    return main(["translate", *argv])
+
+
+def test_cli_files_one_line_per_line_in_order(model_dir, tmp_path, capsys):
+    src, out = tmp_path / "in.txt", tmp_path / "out.txt"
+    src.write_text("\n".join(LINES) + "\n", encoding="utf-8")
+    assert run_cli("--model", str(model_dir), "-i", str(src), "-o", str(out), "-b", "2", "--batch-size", "2") == 0
+    lines = out.read_text(encoding="utf-8").split("\n")
+    assert lines[-1] == "" and len(lines) - 1 == len(LINES)  # one line each, newline-terminated
+    expected = Translator.load(model_dir, beam_size=2).translate(LINES)
+    assert lines[:-1] == expected
+    assert len({line for line in expected if line}) >= 3  # real, different translations
+    assert "translate" in capsys.readouterr().err  # the progress bar, on stderr
+
+
+def test_cli_n_best(model_dir, tmp_path):
+    src, out = tmp_path / "in.txt", tmp_path / "out.txt"
+    src.write_text("Zwei Hunde.\n\nDogs.\n", encoding="utf-8")
+    assert run_cli("--model", str(model_dir), "-i", str(src), "-o", str(out), "--n-best", "2", "-q") == 0
+    rows = [line.split("\t") for line in out.read_text(encoding="utf-8").splitlines()]
+    assert [r[0] for r in rows] == ["1", "1", "2", "2", "3", "3"]
+    assert rows[2][1:] == ["0.0000", ""] and rows[3][1:] == ["0.0000", ""]
+    assert float(rows[0][1]) >= float(rows[1][1])
+
+
+def test_cli_long_line_error_names_the_line(model_dir, tmp_path, capsys):
+    src, out = tmp_path / "in.txt", tmp_path / "out.txt"
+    src.write_text("Dogs.\nTwo cats.\n" + "word " * 200 + "\nA dog.\n", encoding="utf-8")
+    assert run_cli("--model", str(model_dir), "-i", str(src), "-o", str(out), "-q") == 2
+    assert f"{src}: line 3: " in capsys.readouterr().err
+    assert not out.exists() and not Path(str(out) + ".tmp").exists()  # no half-written output
+    assert run_cli("--model", str(model_dir), "-i", str(src), "-o", str(out), "-q", "--truncate") == 0
+    assert len(out.read_text(encoding="utf-8").splitlines()) == 4
+
+
+def test_cli_invalid_utf8_names_the_line(model_dir, tmp_path, capsys):
+    src = tmp_path / "in.txt"
+    src.write_bytes("Dogs.\nZwei Hunde.\n".encode() + b"caf\xe9\n")
+    assert run_cli("--model", str(model_dir), "-i", str(src), "-q") == 2
+    assert f"{src}: line 3: not valid UTF-8" in capsys.readouterr().err
+
+
+def test_cli_stdin_to_stdout(model_dir):
+    env = {**os.environ, "PYTHONIOENCODING": "ascii"}  # the output is UTF-8 whatever the locale says
+    text = "Ein Mädchen ☃.\n\nDogs.\n"
+    done = subprocess.run(
+        [sys.executable, "-m", "aiayn", "translate", "--model", str(model_dir), "-b", "1"],
+        input=text.encode(), capture_output=True, env=env, timeout=120,
+    )
+    assert done.returncode == 0, done.stderr.decode()
+    lines = done.stdout.decode("utf-8").split("\n")
+    assert lines == Translator.load(model_dir, beam_size=1).translate(text.splitlines()) + [""]
+    assert done.stderr == b""  # no progress bar for a stream
