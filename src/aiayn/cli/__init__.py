@@ -12,6 +12,7 @@ COMMANDS = {
     "copy-demo": ("copy_demo", "train a tiny model on the copy task and decode a few sequences"),
     "translate": ("translate", "translate text with a model, one line per line (§6.1 beam search)"),
     "evaluate": ("evaluate", "score translations: sacreBLEU, tokenised BLEU, chrF, perplexity"),
+    "convert": ("convert", "convert a model: Marian (opus-mt) <-> aiayn, and to CTranslate2"),
 }
 
 

@@ -1,0 +1,49 @@
+"""`aiayn convert IN_DIR OUT_DIR --to {aiayn,marian,ctranslate2}`: move a model between formats.
+
+    aiayn convert opus-mt-en-de/ en-de/ --to aiayn            Marian -> aiayn (fine-tune, translate)
+    aiayn convert runs/multi30k/model/ hf/ --to marian        aiayn -> a dir transformers loads
+    aiayn convert runs/multi30k/model/ ct2/ --to ctranslate2 --quantization int8
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from ..marian.convert import FORMATS, QUANTIZATIONS
+
+    parser.add_argument("input", help="an aiayn model directory or a Hugging Face Marian directory")
+    parser.add_argument("output", help="the directory to write")
+    parser.add_argument("--to", required=True, choices=FORMATS, help="the output format")
+    parser.add_argument("--from", dest="source", default="auto", choices=("auto", "aiayn", "marian"),
+                        help="the input format (default: read from its config.json)")
+    parser.add_argument("--quantization", choices=QUANTIZATIONS,
+                        help="CTranslate2 weight type (default: as stored, float32)")
+    parser.add_argument("--force", action="store_true", help="replace the output directory's model files")
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..marian import aiayn_to_marian, detect_format, marian_to_aiayn, to_ctranslate2
+
+    found = detect_format(args.input)
+    if args.source != "auto" and args.source != found:
+        raise ValueError(f"{args.input}: --from {args.source}, but its config.json is a {found} model")
+    if args.quantization and args.to != "ctranslate2":
+        raise ValueError("--quantization applies to --to ctranslate2 only")
+    out = Path(args.output)
+    if args.to != "ctranslate2" and (out / "config.json").exists() and not args.force:
+        raise ValueError(f"{out} already holds a model; pass --force to replace it")
+    if Path(args.input).resolve() == out.resolve():
+        raise ValueError("the output directory must differ from the input directory")
+    if args.to == "ctranslate2":
+        to_ctranslate2(args.input, out, args.quantization, force=args.force)
+    elif args.to == found:
+        raise ValueError(f"{args.input} is already a {found} model")
+    elif args.to == "aiayn":
+        marian_to_aiayn(args.input, out)
+    else:
+        aiayn_to_marian(args.input, out)
+    print(f"{args.input} ({found}) -> {out} ({args.to}{', ' + args.quantization if args.quantization else ''})")
+    return 0

@@ -1,0 +1,204 @@
+"""Run a Hugging Face Marian (opus-mt) directory in aiayn's own Transformer.
+
+A Marian model is the paper's post-norm Transformer (§3.1) with four details that are options of
+`ModelConfig`: the sinusoids laid out as [sin | cos] halves, a bias on the logits, the activation
+named in config.json (opus-mt uses swish), and <pad> as the decoder's start token. The weights
+keep Hugging Face's names but for a few (`MARIAN_RENAMES`); nothing pickled is ever executed.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+from torch import Tensor
+
+from ..config import DecodeConfig, ModelConfig
+from ..model import Transformer, sinusoid_table
+from .tokenizer import VOCAB, MarianTokenizer, read_json
+
+CONFIG, GENERATION_CONFIG = "config.json", "generation_config.json"
+SAFETENSORS, SAFETENSORS_INDEX, TORCH_BIN = "model.safetensors", "model.safetensors.index.json", "pytorch_model.bin"
+ARCHITECTURES = {"MarianMTModel", "MarianModel"}
+ACTIVATIONS = {"relu": "relu", "gelu": "gelu", "swish": "swish", "silu": "swish"}
+
+# What MarianConfig assumes when config.json leaves a field out (transformers' MarianConfig defaults).
+MARIAN_DEFAULTS = dict(
+    vocab_size=58101, decoder_vocab_size=None, max_position_embeddings=1024, encoder_layers=12,
+    encoder_ffn_dim=4096, encoder_attention_heads=16, decoder_layers=12, decoder_ffn_dim=4096,
+    decoder_attention_heads=16, activation_function="gelu", d_model=1024, dropout=0.1,
+    attention_dropout=0.0, activation_dropout=0.0, decoder_start_token_id=58100, scale_embedding=False,
+    pad_token_id=58100, eos_token_id=0, forced_eos_token_id=0, share_encoder_decoder_embeddings=True,
+    tie_word_embeddings=True,
+)
+# Hugging Face name fragment -> aiayn name fragment (the rest of the names are equal).
+MARIAN_RENAMES = [(".fc1.", ".ffn.fc1."), (".fc2.", ".ffn.fc2."), (".encoder_attn_layer_norm.", ".cross_attn_layer_norm."),
+                  (".encoder_attn.", ".cross_attn.")]
+
+
+def is_marian_model(directory: str | Path) -> bool:
+    """True when directory holds a config.json whose model_type is "marian"."""
+    try:
+        return json.loads((Path(directory) / CONFIG).read_text()).get("model_type") == "marian"
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def read_marian_config(directory: str | Path) -> dict:
+    """config.json with MarianConfig's defaults filled in; errors for anything that is not Marian."""
+    directory = Path(directory)
+    raw = read_json(directory / CONFIG)
+    if raw.get("format") == "aiayn":
+        raise ValueError(f"{directory / CONFIG}: an aiayn model, not a Marian one (use aiayn.io.load_model)")
+    if raw.get("model_type") != "marian":
+        raise ValueError(f"{directory / CONFIG}: model_type {raw.get('model_type')!r} is not supported "
+                         "(only Hugging Face Marian models, model_type \"marian\")")
+    unknown = set(raw.get("architectures") or []) - ARCHITECTURES
+    if unknown:
+        raise ValueError(f"{directory / CONFIG}: architecture {', '.join(sorted(unknown))} is not supported "
+                         f"(only {', '.join(sorted(ARCHITECTURES))})")
+    cfg = {**MARIAN_DEFAULTS, **raw}
+    if raw.get("normalize_before") or raw.get("add_final_layer_norm"):
+        raise ValueError(f"{directory / CONFIG}: pre-norm Marian variants are not supported (post-norm only, §3.1)")
+    return cfg
+
+
+def model_config_from_marian(cfg: dict, unk_id: int) -> ModelConfig:
+    """The aiayn ModelConfig of a Marian config.json (as read by `read_marian_config`)."""
+    for enc, dec in (("encoder_attention_heads", "decoder_attention_heads"), ("encoder_ffn_dim", "decoder_ffn_dim")):
+        if cfg[enc] != cfg[dec]:
+            raise ValueError(f"config.json: {enc} {cfg[enc]} != {dec} {cfg[dec]}; aiayn needs them equal")
+    if cfg["activation_function"] not in ACTIVATIONS:
+        raise ValueError(f"config.json: activation_function {cfg['activation_function']!r} is not supported "
+                         f"(choose from {', '.join(ACTIVATIONS)})")
+    shared = bool(cfg["share_encoder_decoder_embeddings"])
+    decoder_vocab = cfg["decoder_vocab_size"] or cfg["vocab_size"]
+    return ModelConfig(
+        vocab_size=cfg["vocab_size"],
+        tgt_vocab_size=None if shared or decoder_vocab == cfg["vocab_size"] else decoder_vocab,
+        d_model=cfg["d_model"], d_ff=cfg["encoder_ffn_dim"], n_heads=cfg["encoder_attention_heads"],
+        n_layers=cfg["encoder_layers"],
+        n_decoder_layers=None if cfg["decoder_layers"] == cfg["encoder_layers"] else cfg["decoder_layers"],
+        p_drop=cfg["dropout"], p_attn_drop=cfg["attention_dropout"], p_ffn_drop=cfg["activation_dropout"],
+        max_len=cfg["max_position_embeddings"],
+        pad_id=cfg["pad_token_id"], bos_id=cfg["decoder_start_token_id"], eos_id=cfg["eos_token_id"], unk_id=unk_id,
+        positions="sinusoidal", sinusoid_layout="halves", activation=ACTIVATIONS[cfg["activation_function"]],
+        scale_embedding=bool(cfg["scale_embedding"]), share_embeddings=shared,
+        tie_output=bool(cfg["tie_word_embeddings"]), final_logits_bias=True, layer_norm_eps=1e-5,
+    )
+
+
+def decode_config_from_marian(cfg: dict, generation: dict) -> DecodeConfig:
+    """Generation defaults: generation_config.json, else the legacy keys of config.json, else HF's.
+
+    HF's max_length counts the start token, so at most max_length - 1 tokens are generated; its
+    length penalty divides a hypothesis's log-probability by |Y|^alpha ("power"). No bound relative
+    to the input length applies (extra_len is set so that it never binds).
+    """
+    def get(key: str, default):
+        value = generation.get(key, cfg.get(key))
+        return default if value is None else value
+
+    max_length = int(get("max_length", 20))
+    return DecodeConfig(beam_size=int(get("num_beams", 1)), alpha=float(get("length_penalty", 1.0)),
+                        length_penalty="power", max_len=max_length - 1, extra_len=max_length)
+
+
+def read_weights(directory: str | Path) -> dict[str, Tensor]:
+    """model.safetensors (also sharded), else pytorch_model.bin loaded with weights_only (no pickled code)."""
+    from safetensors.torch import load_file
+
+    directory = Path(directory)
+    if (directory / SAFETENSORS).is_file():
+        return load_file(directory / SAFETENSORS)
+    if (directory / SAFETENSORS_INDEX).is_file():
+        files = sorted(set(read_json(directory / SAFETENSORS_INDEX)["weight_map"].values()))
+        return {k: v for f in files for k, v in load_file(directory / f).items()}
+    if (directory / TORCH_BIN).is_file():
+        try:
+            weights = torch.load(directory / TORCH_BIN, map_location="cpu", weights_only=True)
+        except Exception as err:  # weights_only refuses anything but tensors: say so plainly
+            raise ValueError(f"{directory / TORCH_BIN}: cannot be read as plain tensors ({err})") from None
+        if not isinstance(weights, dict):
+            raise ValueError(f"{directory / TORCH_BIN}: expected a state dict of tensors")
+        return weights
+    raise FileNotFoundError(f"{directory}: no {SAFETENSORS} or {TORCH_BIN}; not a Marian model directory")
+
+
+def _rename(name: str) -> str:
+    for old, new in MARIAN_RENAMES:
+        name = name.replace(old, new)
+    return name
+
+
+def state_dict_from_marian(weights: dict[str, Tensor], config: ModelConfig, where: str = "weights") -> dict[str, Tensor]:
+    """Hugging Face Marian names and tensors -> the state dict of aiayn's Transformer(config)."""
+    hf = {k.removeprefix("model."): v.float() for k, v in weights.items()}
+    embed = hf.get("shared.weight", hf.get("encoder.embed_tokens.weight"))
+    if embed is None:
+        raise ValueError(f"{where}: no token embedding (model.shared.weight or model.encoder.embed_tokens.weight)")
+    out = {"encoder.embed.weight": embed}
+    if config.share_embeddings:
+        out["decoder.embed.weight"] = embed
+    else:
+        out["decoder.embed.weight"] = hf.get("decoder.embed_tokens.weight")
+    if not config.tie_output:
+        out["output_proj.weight"] = hf.get("lm_head.weight")
+    bias = hf.get("final_logits_bias")
+    out["logits_bias"] = bias.reshape(-1) if bias is not None else torch.zeros(config.target_vocab_size)
+    for name, tensor in hf.items():
+        if name.startswith(("encoder.layers.", "decoder.layers.")):
+            out[_rename(name)] = tensor
+        elif name.endswith("embed_positions.weight"):
+            check_positions(tensor, config, f"{where}: {name}")
+    _check_shapes(out, config, where)
+    return out
+
+
+def check_positions(table: Tensor, config: ModelConfig, where: str) -> None:
+    """A stored position table must be the [sin | cos] table aiayn computes (it is not loaded)."""
+    ours = sinusoid_table(config.max_len, config.d_model, "halves")
+    if table.shape != ours.shape or (table - ours).abs().max().item() > 1e-4:
+        raise ValueError(f"{where}: the stored positional table is not Marian's [sin | cos] sinusoid table")
+
+
+def _check_shapes(state: dict[str, Tensor | None], config: ModelConfig, where: str) -> None:
+    """Every tensor aiayn needs is there with its shape; vocabulary mismatches are named as such."""
+    expected = Transformer(config.replace(max_len=1)).state_dict()  # max_len=1: a cheap table
+    missing = sorted(k for k in expected if state.get(k) is None)
+    if missing:
+        raise ValueError(f"{where}: missing tensors {', '.join(missing[:5])}{' ...' if len(missing) > 5 else ''}")
+    extra = sorted(set(state) - set(expected))
+    if extra:
+        raise ValueError(f"{where}: unexpected tensors {', '.join(extra[:5])}{' ...' if len(extra) > 5 else ''}")
+    for name, tensor in state.items():
+        if tuple(tensor.shape) != tuple(expected[name].shape):
+            what = "vocabulary size" if name.endswith(("embed.weight", "logits_bias", "output_proj.weight")) else "shape"
+            raise ValueError(f"{where}: {name} has shape {tuple(tensor.shape)} but config.json gives "
+                             f"{tuple(expected[name].shape)} ({what} does not match the weights)")
+
+
+def load_marian(directory: str | Path, device: str | torch.device = "cpu") -> tuple[Transformer, MarianTokenizer, DecodeConfig]:
+    """A Hugging Face Marian directory as (aiayn Transformer in eval mode, tokenizer, generation defaults)."""
+    directory = Path(directory)
+    cfg = read_marian_config(directory)
+    tokenizer = MarianTokenizer.load(directory)
+    config = model_config_from_marian(cfg, unk_id=tokenizer.unk_id)
+    _check_vocab(tokenizer, config, directory)
+    model = Transformer(config)
+    model.load_state_dict(state_dict_from_marian(read_weights(directory), config, str(directory)))
+    generation = read_json(directory / GENERATION_CONFIG) if (directory / GENERATION_CONFIG).is_file() else {}
+    return model.to(device).eval(), tokenizer, decode_config_from_marian(cfg, generation)
+
+
+def _check_vocab(tokenizer: MarianTokenizer, config: ModelConfig, directory: Path) -> None:
+    """vocab.json must index the embedding rows, and its special ids must be config.json's."""
+    for table, rows, name in ((tokenizer.vocab, config.vocab_size, VOCAB),
+                              (tokenizer.target_vocab, config.target_vocab_size, "target vocabulary")):
+        if len(table) != rows or max(table.values()) >= rows:
+            raise ValueError(f"{directory}: {name} has {len(table)} pieces (largest id {max(table.values())}) but "
+                             f"the model's vocabulary size is {rows}: vocabulary size does not match the weights")
+    if (tokenizer.target_pad_id, tokenizer.target_eos_id) != (config.pad_id, config.eos_id):
+        raise ValueError(f"{directory}: vocab.json has <pad> {tokenizer.target_pad_id} and </s> {tokenizer.target_eos_id}, "
+                         f"config.json pad_token_id {config.pad_id} and eos_token_id {config.eos_id}")
