@@ -10,6 +10,8 @@ import sys
 COMMANDS = {
     "info": ("info", "print a model configuration and its parameter counts"),
     "copy-demo": ("copy_demo", "train a tiny model on the copy task and decode a few sequences"),
+    "train": ("train", "train a translation model from a recipe, or resume it (§5)"),
+    "average": ("average", "average the weights of the last checkpoints (§6.1)"),
     "translate": ("translate", "translate text with a model, one line per line (§6.1 beam search)"),
     "evaluate": ("evaluate", "score translations: sacreBLEU, tokenised BLEU, chrF, perplexity"),
     "convert": ("convert", "convert a model: Marian (opus-mt) <-> aiayn, and to CTranslate2"),

@@ -1,0 +1,29 @@
+"""`aiayn average RUN_OR_DIRS... --out DIR [--last K]`: the mean of checkpoints' weights (§6.1)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("inputs", nargs="+",
+                        help="model directories to average, or a training output folder (its last K checkpoints)")
+    parser.add_argument("--out", required=True, help="the averaged model directory to write")
+    parser.add_argument("--last", type=int, default=5, help="checkpoints to take from a training folder (5 base, 20 big)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..train.checkpoint import average_checkpoints, checkpoint_steps
+
+    directories: list[Path] = []
+    for item in map(Path, args.inputs):
+        if (item / "checkpoints").is_dir():
+            directories += [p for _, p in checkpoint_steps(item / "checkpoints")][-args.last:]
+        elif (item / "model.safetensors").is_file():
+            directories.append(item)
+        else:
+            raise FileNotFoundError(f"{item}: neither a model directory nor a training folder with checkpoints/")
+    average_checkpoints(directories, Path(args.out))
+    print(f"{args.out}: the mean of {len(directories)} checkpoint(s): {', '.join(str(d) for d in directories)}")
+    return 0

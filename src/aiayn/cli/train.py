@@ -1,0 +1,29 @@
+"""`aiayn train RECIPE [--out DIR] [--init DIR] [--section.field=value ...]`: train or resume (§5)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("recipe", help="a recipe YAML file, e.g. recipes/multi30k-en-de.yaml")
+    parser.add_argument("--out", help="output folder (default runs/<recipe name>); run again to resume")
+    parser.add_argument("--init", help="start from an aiayn model directory or a Hugging Face Marian directory")
+    parser.add_argument("overrides", nargs=argparse.REMAINDER,
+                        help="recipe overrides such as --train.max_minutes=30 --model.d_model=256")
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..recipe import load_recipe
+    from ..train.loop import train
+
+    # The overrides swallow whatever follows the recipe, so --out and --init are picked out of them.
+    options = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    options.add_argument("--out", default=args.out)
+    options.add_argument("--init", default=args.init)
+    known, overrides = options.parse_known_args(args.overrides)
+    recipe = load_recipe(args.recipe, overrides)
+    out = Path(known.out) if known.out else Path("runs") / Path(args.recipe).stem
+    train(recipe, out, init=known.init)
+    return 0

@@ -1,0 +1,109 @@
+"""Parallel text: plain or gzip files, one sentence a line, read strictly (§5.1).
+
+A mismatched line count or bytes that are not UTF-8 stop with an error naming the file and line.
+Empty and over-long pairs are filtered, and the filter reports how many and why.
+"""
+
+from __future__ import annotations
+
+import gzip
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+EncodeFn = Callable[[list[str]], list[list[int]]]
+
+
+def find_file(prefix: str | Path, lang: str) -> Path:
+    """{prefix}.{lang}, or {prefix}.{lang}.gz."""
+    for path in (Path(f"{prefix}.{lang}"), Path(f"{prefix}.{lang}.gz")):
+        if path.is_file():
+            return path
+    raise FileNotFoundError(f"no file {prefix}.{lang} or {prefix}.{lang}.gz")
+
+
+def read_lines(path: str | Path) -> list[str]:
+    """The lines of a plain or gzip UTF-8 file, without their line ends."""
+    path = Path(path)
+    opener = gzip.open if path.suffix == ".gz" else open
+    lines = []
+    with opener(path, "rb") as f:
+        for number, raw in enumerate(f, start=1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as err:
+                raise ValueError(f"{path}:{number}: not valid UTF-8 (byte {err.start}: {raw[err.start:err.start + 1]!r})") from None
+            lines.append(line.rstrip("\r\n"))
+    return lines
+
+
+def read_parallel(src_path: str | Path, tgt_path: str | Path) -> tuple[list[str], list[str]]:
+    """Source and target lines, which must pair up one to one."""
+    src, tgt = read_lines(src_path), read_lines(tgt_path)
+    if len(src) != len(tgt):
+        short, long_ = (src_path, tgt_path) if len(src) < len(tgt) else (tgt_path, src_path)
+        n = min(len(src), len(tgt))
+        raise ValueError(
+            f"{long_}:{n + 1}: line has no partner: {short} ends after line {n} "
+            f"({len(src)} source lines, {len(tgt)} target lines)"
+        )
+    return src, tgt
+
+
+@dataclass
+class FilterReport:
+    """What length filtering dropped, and why."""
+
+    kept: int = 0
+    empty: int = 0  # a side with no subwords
+    too_long: int = 0  # a side longer than max_subwords
+    examples: list[int] = field(default_factory=list)  # first dropped line numbers (1-based)
+
+    def __str__(self) -> str:
+        dropped = self.empty + self.too_long
+        text = f"kept {self.kept:,} pairs, dropped {dropped:,} ({self.empty:,} empty, {self.too_long:,} longer than the limit)"
+        return text + (f"; first dropped lines: {self.examples}" if self.examples else "")
+
+
+@dataclass
+class EncodedCorpus:
+    """Subword ids of kept pairs, each ending in </s>, and the original line numbers."""
+
+    src: list[list[int]]
+    tgt: list[list[int]]
+    lines: list[int]  # 1-based line number in the files of each kept pair
+
+    def __len__(self) -> int:
+        return len(self.src)
+
+    def save(self, path: Path) -> None:
+        torch.save({"src": self.src, "tgt": self.tgt, "lines": self.lines}, path)
+
+    @classmethod
+    def load(cls, path: Path) -> EncodedCorpus:
+        d = torch.load(path, weights_only=True)
+        return cls(d["src"], d["tgt"], d["lines"])
+
+
+def encode_pairs(
+    src: list[str], tgt: list[str], encode_source: EncodeFn, encode_target: EncodeFn, max_subwords: int
+) -> tuple[EncodedCorpus, FilterReport]:
+    """Encode and drop pairs with an empty side or a side over max_subwords (</s> included)."""
+    src_ids, tgt_ids = encode_source(src), encode_target(tgt)
+    corpus, report = EncodedCorpus([], [], []), FilterReport()
+    for number, (s, t, s_text, t_text) in enumerate(zip(src_ids, tgt_ids, src, tgt), start=1):
+        if not s_text.strip() or not t_text.strip():
+            report.empty += 1
+        elif len(s) > max_subwords or len(t) > max_subwords:
+            report.too_long += 1
+        else:
+            corpus.src.append(s)
+            corpus.tgt.append(t)
+            corpus.lines.append(number)
+            continue
+        if len(report.examples) < 5:
+            report.examples.append(number)
+    report.kept = len(corpus)
+    return corpus, report
