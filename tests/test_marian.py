@@ -205,6 +205,14 @@ def test_not_a_supported_model_gets_a_clear_error(marian_dir, tmp_path):
     with pytest.raises(ValueError, match=r"model.shared.weight|vocabulary size does not match the weights"):
         load_marian(d)  # config and vocab.json agree on V + 1, the weights have V rows
     assert cli(["convert", str(tmp_path / "bart"), str(tmp_path / "out"), "--to", "aiayn"]) == 2
+    from safetensors.torch import load_file, save_file
+
+    d = copy_dir(marian_dir, tmp_path / "extra")
+    weights = load_file(d / "model.safetensors")
+    weights["model.encoder.layernorm_embedding.weight"] = torch.ones(32)  # a variant aiayn cannot run
+    save_file(weights, d / "model.safetensors")
+    with pytest.raises(ValueError, match="no place for: encoder.layernorm_embedding.weight"):
+        load_marian(d)
 
 
 def test_pytorch_model_bin_is_read_without_running_pickled_code(marian_dir, tmp_path, sentences):

@@ -32,6 +32,9 @@ MARIAN_DEFAULTS = dict(
     pad_token_id=58100, eos_token_id=0, forced_eos_token_id=0, share_encoder_decoder_embeddings=True,
     tie_word_embeddings=True,
 )
+# Tensors outside the layers that are read by name (or, tied, need not be).
+EMBEDDINGS = {"shared.weight", "encoder.embed_tokens.weight", "decoder.embed_tokens.weight", "lm_head.weight",
+              "final_logits_bias"}
 # Hugging Face name fragment -> aiayn name fragment (the rest of the names are equal).
 MARIAN_RENAMES = [(".fc1.", ".ffn.fc1."), (".fc2.", ".ffn.fc2."), (".encoder_attn_layer_norm.", ".cross_attn_layer_norm."),
                   (".encoder_attn.", ".cross_attn.")]
@@ -132,8 +135,9 @@ def _rename(name: str) -> str:
     return name
 
 
-def state_dict_from_marian(weights: dict[str, Tensor], config: ModelConfig, where: str = "weights") -> dict[str, Tensor]:
-    """Hugging Face Marian names and tensors -> the state dict of aiayn's Transformer(config)."""
+def state_dict_from_marian(weights: dict[str, Tensor], model: Transformer, where: str = "weights") -> dict[str, Tensor]:
+    """Hugging Face Marian names and tensors -> a state dict for model, checked name by name and shape by shape."""
+    config = model.config
     hf = {k.removeprefix("model."): v.float() for k, v in weights.items()}
     embed = hf.get("shared.weight", hf.get("encoder.embed_tokens.weight"))
     if embed is None:
@@ -147,12 +151,17 @@ def state_dict_from_marian(weights: dict[str, Tensor], config: ModelConfig, wher
         out["output_proj.weight"] = hf.get("lm_head.weight")
     bias = hf.get("final_logits_bias")
     out["logits_bias"] = bias.reshape(-1) if bias is not None else torch.zeros(config.target_vocab_size)
+    unknown = []
     for name, tensor in hf.items():
         if name.startswith(("encoder.layers.", "decoder.layers.")):
             out[_rename(name)] = tensor
         elif name.endswith("embed_positions.weight"):
             check_positions(tensor, config, f"{where}: {name}")
-    _check_shapes(out, config, where)
+        elif name not in EMBEDDINGS:
+            unknown.append(name)
+    if unknown:  # nothing is dropped silently: e.g. a variant with extra layer norms
+        raise ValueError(f"{where}: tensors aiayn's Marian model has no place for: {', '.join(sorted(unknown)[:5])}")
+    _check_shapes(out, model.state_dict(), where)
     return out
 
 
@@ -163,9 +172,8 @@ def check_positions(table: Tensor, config: ModelConfig, where: str) -> None:
         raise ValueError(f"{where}: the stored positional table is not Marian's [sin | cos] sinusoid table")
 
 
-def _check_shapes(state: dict[str, Tensor | None], config: ModelConfig, where: str) -> None:
+def _check_shapes(state: dict[str, Tensor | None], expected: dict[str, Tensor], where: str) -> None:
     """Every tensor aiayn needs is there with its shape; vocabulary mismatches are named as such."""
-    expected = Transformer(config.replace(max_len=1)).state_dict()  # max_len=1: a cheap table
     missing = sorted(k for k in expected if state.get(k) is None)
     if missing:
         raise ValueError(f"{where}: missing tensors {', '.join(missing[:5])}{' ...' if len(missing) > 5 else ''}")
@@ -187,7 +195,7 @@ def load_marian(directory: str | Path, device: str | torch.device = "cpu") -> tu
     config = model_config_from_marian(cfg, unk_id=tokenizer.unk_id)
     _check_vocab(tokenizer, config, directory)
     model = Transformer(config)
-    model.load_state_dict(state_dict_from_marian(read_weights(directory), config, str(directory)))
+    model.load_state_dict(state_dict_from_marian(read_weights(directory), model, str(directory)))
     generation = read_json(directory / GENERATION_CONFIG) if (directory / GENERATION_CONFIG).is_file() else {}
     return model.to(device).eval(), tokenizer, decode_config_from_marian(cfg, generation)
 
