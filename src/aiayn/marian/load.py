@@ -207,6 +207,9 @@ def _check_vocab(tokenizer: MarianTokenizer, config: ModelConfig, directory: Pat
         if len(table) != rows or max(table.values()) >= rows:
             raise ValueError(f"{directory}: {name} has {len(table)} pieces (largest id {max(table.values())}) but "
                              f"the model's vocabulary size is {rows}: vocabulary size does not match the weights")
-    if (tokenizer.target_pad_id, tokenizer.target_eos_id) != (config.pad_id, config.eos_id):
-        raise ValueError(f"{directory}: vocab.json has <pad> {tokenizer.target_pad_id} and </s> {tokenizer.target_eos_id}, "
-                         f"config.json pad_token_id {config.pad_id} and eos_token_id {config.eos_id}")
+    # Source padding is masked by config's pad id, and targets end with config's eos id.
+    for side, pad, eos in (("source", tokenizer.pad_id, config.eos_id),
+                           ("target", tokenizer.target_pad_id, tokenizer.target_eos_id)):
+        if (pad, eos) != (config.pad_id, config.eos_id):
+            raise ValueError(f"{directory}: the {side} vocabulary has <pad> {pad} and </s> {eos}, but config.json "
+                             f"pad_token_id {config.pad_id} and eos_token_id {config.eos_id}")
