@@ -51,6 +51,8 @@ def save_tokenizer(tokenizer: Vocab | MarianTokenizer, directory: str | Path) ->
     """Write a tokenizer beside a model so that `load_tokenizer` reads it back: spm.model, or Marian's files."""
     directory = Path(directory)
     files = {io.VOCAB: tokenizer.proto} if isinstance(tokenizer, Vocab) else marian_tokenizer_files(tokenizer)
+    if not isinstance(tokenizer, Vocab):
+        (directory / io.VOCAB).unlink(missing_ok=True)  # a stale spm.model would be read first
     for name, data in files.items():
         io.write_atomic(directory / name, data)
 

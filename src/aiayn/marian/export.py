@@ -129,7 +129,7 @@ def hf_state_dict(state: dict[str, Tensor], config: ModelConfig) -> dict[str, Te
     return {k: v.contiguous() for k, v in out.items()}
 
 
-def spm_tokenizer_files(spm_proto: bytes, order: Tensor) -> dict[str, bytes]:
+def spm_tokenizer_files(spm_proto: bytes, order: Tensor, max_len: int = 512) -> dict[str, bytes]:
     """source.spm and target.spm (the shared model, twice), vocab.json (piece -> relabelled id)."""
     import sentencepiece as spm
 
@@ -138,15 +138,15 @@ def spm_tokenizer_files(spm_proto: bytes, order: Tensor) -> dict[str, bytes]:
         raise ValueError(f"spm.model has {sp.get_piece_size()} pieces, the model {order.numel()} rows")
     vocab = {sp.id_to_piece(int(old)): new for new, old in enumerate(order)}
     settings = {"tokenizer_class": "MarianTokenizer", "separate_vocabs": False, "eos_token": "</s>",
-                "unk_token": "<unk>", "pad_token": "<pad>", "model_max_length": 512}
+                "unk_token": "<unk>", "pad_token": "<pad>", "model_max_length": max_len}
     return {SOURCE_SPM: spm_proto, TARGET_SPM: spm_proto, VOCAB: json.dumps(vocab, ensure_ascii=False).encode(),
             TOKENIZER_CONFIG: json.dumps(settings, indent=2).encode()}
 
 
-def marian_tokenizer_files(tokenizer: MarianTokenizer) -> dict[str, bytes]:
+def marian_tokenizer_files(tokenizer: MarianTokenizer, max_len: int = 512) -> dict[str, bytes]:
     """A Marian tokenizer's own files, written back unchanged."""
     settings = {"tokenizer_class": "MarianTokenizer", "separate_vocabs": tokenizer.separate_vocabs,
-                "eos_token": "</s>", "unk_token": "<unk>", "pad_token": "<pad>", "model_max_length": 512}
+                "eos_token": "</s>", "unk_token": "<unk>", "pad_token": "<pad>", "model_max_length": max_len}
     files = {SOURCE_SPM: tokenizer.source_proto, TARGET_SPM: tokenizer.target_proto,
              VOCAB: json.dumps(tokenizer.vocab, ensure_ascii=False).encode(),
              TOKENIZER_CONFIG: json.dumps(settings, indent=2).encode()}
@@ -167,13 +167,13 @@ def save_marian(model: Transformer, tokenizer: Vocab | MarianTokenizer, director
     config = model.config
     if isinstance(tokenizer, MarianTokenizer):
         state = {k: v.detach().float().cpu() for k, v in model.state_dict().items()}
-        files = marian_tokenizer_files(tokenizer)
+        files = marian_tokenizer_files(tokenizer, config.max_len)
     else:
         if not config.share_embeddings and config.target_vocab_size != config.vocab_size:
             raise ValueError("a model with a separate target vocabulary needs a Marian tokenizer to be exported")
         order = pad_last_order(config.vocab_size, config.pad_id)
         state, config = relabel_tokens(model, order)
-        files = spm_tokenizer_files(tokenizer.proto, order)
+        files = spm_tokenizer_files(tokenizer.proto, order, config.max_len)
     files[CONFIG] = json.dumps(marian_config(config), indent=2).encode()
     files[GENERATION_CONFIG] = json.dumps(generation_config(config, beam_size, alpha), indent=2).encode()
     directory = Path(directory)
