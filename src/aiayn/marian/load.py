@@ -9,6 +9,7 @@ keep Hugging Face's names but for a few (`MARIAN_RENAMES`); nothing pickled is e
 from __future__ import annotations
 
 import json
+import warnings
 from pathlib import Path
 
 import torch
@@ -103,6 +104,9 @@ def decode_config_from_marian(cfg: dict, generation: dict) -> DecodeConfig:
         value = generation.get(key, cfg.get(key))
         return default if value is None else value
 
+    banned = {tuple(ids) for ids in get("bad_words_ids", [])} - {(cfg["pad_token_id"],), (cfg["decoder_start_token_id"],)}
+    if banned:  # aiayn's search bans <pad> and the start token only
+        warnings.warn(f"generation setting bad_words_ids {sorted(banned)} is not applied by aiayn's search")
     max_length = int(get("max_length", 20))
     return DecodeConfig(beam_size=int(get("num_beams", 1)), alpha=float(get("length_penalty", 1.0)),
                         length_penalty="power", max_len=max_length - 1, extra_len=max_length)
