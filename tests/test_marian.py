@@ -160,6 +160,9 @@ def test_greedy_and_beam_translations_equal_generate(marian_dir, sentences):
     assert ours_beam != ours_greedy  # beam search did something greedy did not
     texts = [tokenizer.decode(h) for h in ours_beam]
     assert texts == hf_tok.batch_decode(hf_beam, skip_special_tokens=True, use_source_tokenizer=False)
+    from aiayn.decode.translate import Translator  # `aiayn translate --model DIR`: batches sorted by length
+
+    assert Translator.load(marian_dir).translate(sentences) == texts
 
 
 def test_opus_mt_en_de_shapes_count_74_410_496_parameters():
