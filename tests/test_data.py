@@ -1,0 +1,106 @@
+"""Corpus reading (errors name file and line), length filtering, token-count batching (§5.1)."""
+
+from __future__ import annotations
+
+import gzip
+import random
+
+import pytest
+
+from aiayn.data.batching import BatchStream, collate, make_batches, shard
+from aiayn.data.corpus import encode_pairs, find_file, read_lines, read_parallel
+
+
+def write(path, lines: list[str]) -> None:
+    data = ("\n".join(lines) + "\n").encode()
+    path.write_bytes(gzip.compress(data) if path.suffix == ".gz" else data)
+
+
+def test_reads_plain_and_gzip(tmp_path):
+    write(tmp_path / "a.en", ["one", "two words"])
+    write(tmp_path / "a.de.gz", ["eins", "zwei Wörter"])
+    src, tgt = read_parallel(find_file(tmp_path / "a", "en"), find_file(tmp_path / "a", "de"))
+    assert src == ["one", "two words"] and tgt == ["eins", "zwei Wörter"]
+
+
+def test_mismatched_line_counts_name_file_and_line(tmp_path):
+    write(tmp_path / "a.en", ["1", "2", "3"])
+    write(tmp_path / "a.de", ["1", "2"])
+    with pytest.raises(ValueError, match=r"a\.en:3: line has no partner: .*a\.de ends after line 2"):
+        read_parallel(tmp_path / "a.en", tmp_path / "a.de")
+
+
+def test_invalid_utf8_names_file_and_line(tmp_path):
+    (tmp_path / "bad.de").write_bytes(b"gut\nauch gut\nschlecht \xff\n")
+    with pytest.raises(ValueError, match=r"bad\.de:3: not valid UTF-8"):
+        read_lines(tmp_path / "bad.de")
+
+
+def test_missing_file_is_named(tmp_path):
+    with pytest.raises(FileNotFoundError, match="nothing.en"):
+        find_file(tmp_path / "nothing", "en")
+
+
+def test_filter_reports_empty_and_too_long_pairs():
+    def encode(texts):  # one id per word, then </s>
+        return [[5] * len(t.split()) + [2] for t in texts]
+
+    src = ["a b", "", "a b c d e f", "a"]
+    tgt = ["x", "y", "z", "   "]
+    corpus, report = encode_pairs(src, tgt, encode, encode, max_subwords=4)
+    assert (report.kept, report.empty, report.too_long) == (1, 2, 1)
+    assert corpus.lines == [1] and report.examples == [2, 3, 4]
+    assert "dropped 3" in str(report)
+
+
+def lengths(n: int, seed: int = 0) -> tuple[list[int], list[int]]:
+    rng = random.Random(seed)
+    return [rng.randint(1, 60) for _ in range(n)], [rng.randint(1, 60) for _ in range(n)]
+
+
+@pytest.mark.parametrize("budget", [60, 257, 4096])
+def test_batches_respect_the_budget_and_cover_every_pair_once(budget):
+    src_lens, tgt_lens = lengths(3000)
+    for epoch in (1, 2):
+        batches = make_batches(src_lens, tgt_lens, budget, seed=7, epoch=epoch)
+        for batch in batches:
+            longest = max(max(src_lens[i], tgt_lens[i]) for i in batch)
+            assert len(batch) * longest <= budget
+        assert sorted(i for b in batches for i in b) == list(range(3000))
+
+
+def test_batching_is_deterministic_by_seed_and_epoch():
+    src_lens, tgt_lens = lengths(500)
+    a = make_batches(src_lens, tgt_lens, 300, seed=1, epoch=1)
+    assert a == make_batches(src_lens, tgt_lens, 300, seed=1, epoch=1)
+    assert a != make_batches(src_lens, tgt_lens, 300, seed=1, epoch=2)
+    assert a != make_batches(src_lens, tgt_lens, 300, seed=2, epoch=1)
+
+
+def test_a_pair_longer_than_the_budget_is_an_error():
+    with pytest.raises(ValueError, match="more than batch_tokens"):
+        make_batches([10, 100], [10, 10], 50, seed=0, epoch=1)
+
+
+def test_shards_split_a_batch_between_ranks():
+    batch = list(range(11))
+    parts = [shard(batch, r, 3) for r in range(3)]
+    assert sorted(sum(parts, [])) == batch and [len(p) for p in parts] == [4, 4, 3]
+
+
+def test_stream_resumes_at_its_saved_position():
+    src_lens, tgt_lens = lengths(200)
+    a = BatchStream(src_lens, tgt_lens, 200, seed=3)
+    for _ in range(len(a) + 5):  # into the second epoch
+        a.next()
+    b = BatchStream(src_lens, tgt_lens, 200, seed=3)
+    b.load_state_dict(a.state_dict())
+    assert [a.next() for _ in range(len(a))] == [b.next() for _ in range(len(b))]
+
+
+def test_collate_pads_and_shifts_the_target_right():
+    b = collate([[5, 6, 2], [7, 2]], [[8, 2], [9, 10, 11, 2]], pad_id=0, bos_id=1)
+    assert b.src.tolist() == [[5, 6, 2], [7, 2, 0]]
+    assert b.tgt_out.tolist() == [[8, 2, 0, 0], [9, 10, 11, 2]]
+    assert b.tgt_in.tolist() == [[1, 8, 0, 0], [1, 9, 10, 11]]
+    assert (b.n_src, b.n_tgt) == (5, 6)

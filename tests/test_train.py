@@ -1,0 +1,167 @@
+"""The recipe of §5: eq. (3), the label-smoothed loss, recipes and overrides, averaging, a real tiny run."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+from safetensors.torch import load_file
+
+from aiayn.cli import main as cli_main
+from aiayn.config import ModelConfig
+from aiayn.data.vocab import Vocab
+from aiayn.io import load_model, save_model
+from aiayn.model import Transformer
+from aiayn.recipe import load_recipe
+from aiayn.train.loop import accumulation_steps, train
+from aiayn.train.loss import label_smoothed_nll
+from aiayn.train.schedule import rate
+
+REPO = Path(__file__).resolve().parents[1]
+VAL = REPO.parent / "shared" / "data" / "multi30k" / "val"
+
+
+@pytest.mark.parametrize("step, expected", [
+    (1, 512**-0.5 * 1 * 4000**-1.5),  # warm-up: linear in the step
+    (4000, 512**-0.5 * 4000**-0.5),  # the peak, where both terms meet
+    (100_000, 512**-0.5 * 100_000**-0.5),  # inverse square root decay
+])
+def test_eq3_values(step, expected):
+    assert rate(step, 512, 4000) == pytest.approx(expected, rel=1e-12)
+    assert rate(step, 512, 4000, factor=2.0) == pytest.approx(2 * expected, rel=1e-12)
+
+
+def test_eq3_hand_values():
+    assert rate(1, 512, 4000) == pytest.approx(1.7469281074217108e-07, rel=1e-9)
+    assert rate(4000, 512, 4000) == pytest.approx(6.987712429686843e-04, rel=1e-9)
+    assert rate(100_000, 512, 4000) == pytest.approx(1.3975424859373686e-04, rel=1e-9)
+
+
+def test_smoothed_loss_by_hand():
+    # One position, V = 3, target 0, logits 0: log p = -log 3 for every class.
+    # loss = (1 - eps) * log 3 + eps * log 3 = log 3; with logits (ln 2, 0, 0): p = (1/2, 1/4, 1/4).
+    logits = torch.tensor([[[math.log(2.0), 0.0, 0.0], [5.0, 5.0, 5.0]]])  # (1, 2, 3); 2nd position is pad
+    target = torch.tensor([[0, 1]])
+    loss, nll, n = label_smoothed_nll(logits, target, 0.1, pad_id=1)
+    by_hand = 0.9 * math.log(2) + 0.1 * (math.log(2) + 2 * math.log(4)) / 3
+    assert n == 1
+    assert loss.item() == pytest.approx(by_hand, rel=1e-6)
+    assert nll.item() == pytest.approx(math.log(2), rel=1e-6)
+
+
+def test_smoothed_loss_equals_torch_cross_entropy():
+    torch.manual_seed(0)
+    logits = torch.randn(4, 7, 50, requires_grad=True)
+    target = torch.randint(1, 50, (4, 7))
+    target[1, 3:] = 0
+    target[3, 5:] = 0
+    loss, nll, n = label_smoothed_nll(logits, target, 0.1, pad_id=0)
+    ref = F.cross_entropy(logits.flatten(0, 1), target.flatten(), ignore_index=0, label_smoothing=0.1, reduction="sum")
+    ref_nll = F.cross_entropy(logits.flatten(0, 1), target.flatten(), ignore_index=0, reduction="sum")
+    assert n == int((target != 0).sum())
+    torch.testing.assert_close(loss, ref)
+    torch.testing.assert_close(nll, ref_nll)
+    g, = torch.autograd.grad(loss, logits)
+    g_ref, = torch.autograd.grad(ref, logits)
+    torch.testing.assert_close(g, g_ref)
+
+
+def test_recipe_overrides_are_type_checked(tmp_path):
+    recipe = load_recipe(REPO / "recipes" / "multi30k-en-de.yaml",
+                         ["--train.max_steps=7", "--model.d_model=128", "--train.bf16=true", "--train.lr_factor=1e-3"])
+    assert recipe.train.max_steps == 7 and recipe.train.bf16 is True and recipe.train.lr_factor == 1e-3
+    assert recipe.model_config(100).d_model == 128 and recipe.model_config(100).n_layers == 3
+    with pytest.raises(ValueError, match="expected int"):
+        load_recipe(None, ["--train.max_steps=many"])
+    with pytest.raises(ValueError, match="has no field 'warmup'"):
+        load_recipe(None, ["--train.warmup=10"])
+    with pytest.raises(ValueError, match="ModelConfig has no field"):
+        load_recipe(None, ["--model.layers=2"])
+    with pytest.raises(ValueError, match="expected true or false"):
+        load_recipe(None, ["--train.bf16=maybe"])
+    (tmp_path / "r.yaml").write_text("train:\n  max_steps: 1.5\n")
+    with pytest.raises(ValueError, match=r"r\.yaml: train\.max_steps: expected an integer"):
+        load_recipe(tmp_path / "r.yaml")
+
+
+@pytest.mark.parametrize("name", ["multi30k-en-de", "multi30k-en-fr", "wmt14-en-de-base", "wmt14-en-de-big", "tiny"])
+def test_bundled_recipes_load(name):
+    recipe = load_recipe(REPO / "recipes" / f"{name}.yaml")
+    recipe.model_config(recipe.data.vocab_size)
+
+
+def test_paper_recipes_have_the_papers_settings():
+    base = load_recipe(REPO / "recipes" / "wmt14-en-de-base.yaml")
+    big = load_recipe(REPO / "recipes" / "wmt14-en-de-big.yaml")
+    assert (base.train.warmup_steps, base.train.max_steps, base.train.lr_factor) == (4000, 100_000, 1.0)
+    assert (base.train.beta1, base.train.beta2, base.train.adam_eps, base.train.label_smoothing) == (0.9, 0.98, 1e-9, 0.1)
+    assert base.model_config(37000) == ModelConfig.preset("base", vocab_size=37000, max_len=base.model_config(1).max_len)
+    assert big.model_config(37000).d_model == 1024 and big.model_config(37000).p_drop == 0.3
+    assert big.train.max_steps == 300_000 and big.train.average_last == 20 and base.train.average_last == 5
+
+
+def test_accumulation_from_effective_batch_tokens():
+    recipe = load_recipe(None, ["--train.batch_tokens=3125", "--train.effective_batch_tokens=25000"])
+    assert accumulation_steps(recipe, 1) == 8  # the paper's 8 GPUs on one
+    assert accumulation_steps(recipe, 4) == 2
+    assert accumulation_steps(load_recipe(None), 1) == 1
+
+
+def test_average_is_the_elementwise_mean(tmp_path):
+    config = ModelConfig.preset("tiny", vocab_size=30)
+    dirs = []
+    for seed in range(3):
+        torch.manual_seed(seed)
+        dirs.append(save_model(Transformer(config), tmp_path / f"m{seed}"))
+    assert cli_main(["average", *map(str, dirs), "--out", str(tmp_path / "avg")]) == 0
+    averaged = load_model(tmp_path / "avg").state_dict()
+    models = [load_model(d).state_dict() for d in dirs]
+    for name, value in averaged.items():
+        expected = torch.stack([m[name].double() for m in models]).mean(0).float()
+        torch.testing.assert_close(value, expected, rtol=0, atol=0)
+    assert set(load_file(str(tmp_path / "avg" / "model.safetensors"))) == set(load_file(str(dirs[0] / "model.safetensors")))
+
+
+def tiny_recipe(*overrides: str):
+    return load_recipe(REPO / "recipes" / "tiny.yaml", [f"--data.train={VAL}", f"--data.valid={VAL}", *overrides])
+
+
+def test_tiny_run_learns_and_writes_a_model_directory(tmp_path):
+    results = train(tiny_recipe("--train.max_steps=40", "--train.eval_every=40"), tmp_path, log=lambda _: None)
+    assert results["steps"] == 40
+    assert {p.name for p in (tmp_path / "checkpoints").iterdir()} == {"step-20", "step-40"}
+    model = load_model(tmp_path / "model")
+    vocab = Vocab.load(tmp_path / "model" / "spm.model")
+    assert vocab.proto == (tmp_path / "spm.model").read_bytes()
+    # learning: the validation loss after 40 steps is well below that of the untrained model
+    from aiayn.train.validate import validation_loss
+    from aiayn.train.loop import load_split
+
+    valid = load_split(tiny_recipe(), str(VAL), vocab, tmp_path / "data" / "valid.pt", lambda _: None)
+    from aiayn.data.batching import collate
+    batch = collate(valid.src[:64], valid.tgt[:64], 0, 1)
+    torch.manual_seed(1)  # the recipe's seed: the untrained model the run started from
+    untrained = Transformer(model.config)
+    before = validation_loss(untrained, [batch], 0.1, torch.device("cpu"))
+    after = validation_loss(model, [batch], 0.1, torch.device("cpu"))
+    assert before.nll > math.log(len(vocab)) - 0.5
+    assert after.nll < before.nll - 1.0
+
+
+def test_init_from_an_aiayn_directory_keeps_its_config_and_vocabulary(tmp_path):
+    first = tmp_path / "first"
+    train(tiny_recipe("--train.max_steps=2", "--train.save_every=2"), first, log=lambda _: None)
+    second = tmp_path / "second"
+    recipe = tiny_recipe("--train.max_steps=2", "--train.save_every=2", "--model.d_model=32", "--data.vocab_size=200")
+    train(recipe, second, init=first / "model", log=lambda _: None)
+    assert load_model(second / "model").config == load_model(first / "model").config  # not the recipe's
+    assert (second / "model" / "spm.model").read_bytes() == (first / "spm.model").read_bytes()
+    assert not (second / "spm.model").exists()  # no vocabulary trained
+
+
+def test_cli_reports_a_bad_override(capsys):
+    assert cli_main(["train", str(REPO / "recipes" / "tiny.yaml"), "--train.nothing=1"]) == 2
+    assert "has no field 'nothing'" in capsys.readouterr().err
