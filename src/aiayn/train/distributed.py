@@ -1,8 +1,9 @@
 """Rank and world size, read from torchrun's environment; one process needs no torch.distributed.
 
-Every rank reads every batch and takes its share (`aiayn.data.batching.shard`); only rank 0
-logs, evaluates and writes files. Under torchrun, `init` joins the process group (NCCL on GPUs,
-Gloo on CPUs) and `wrap` puts the model in PyTorch's DistributedDataParallel: nothing home-made.
+Every rank reads the same batch stream; a step takes accumulation x world size batches and rank r
+trains on batches r, r + world size, ...; only rank 0 logs, evaluates and writes files. Under
+torchrun, `init` joins the process group (NCCL on GPUs, Gloo on CPUs) and `wrap` puts the model in
+PyTorch's DistributedDataParallel: nothing home-made.
 """
 
 from __future__ import annotations
@@ -22,8 +23,8 @@ def init(device: torch.device) -> tuple[torch.device, bool]:
     On CUDA each rank takes GPU LOCAL_RANK and the backend is NCCL; on CPU it is Gloo. torchrun's
     environment (MASTER_ADDR/PORT, RANK, WORLD_SIZE) tells init_process_group where the others are.
     """
-    if device.type == "cuda" and device.index is None and "LOCAL_RANK" in os.environ:
-        device = torch.device("cuda", int(os.environ["LOCAL_RANK"]))
+    if device.type == "cuda" and device.index is None:
+        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
     if device.type == "cuda":
         torch.cuda.set_device(device)
     if int(os.environ.get("WORLD_SIZE", 1)) == 1 or dist.is_initialized():

@@ -23,7 +23,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from ..data.batching import Batch, BatchStream, collate, make_batches, shard
+from ..data.batching import Batch, BatchStream, collate, make_batches
 from ..data.corpus import EncodedCorpus, encode_pairs, find_file, read_parallel
 from ..data.vocab import Vocab
 from ..io import load_model, save_model
@@ -157,8 +157,8 @@ def train(recipe: Recipe, out_dir: str | Path, init: str | Path | None = None, l
             for group in optimizer.param_groups:
                 group["lr"] = lr
             # 2. micro-batches: each rank's share; loss divided by the target tokens of the whole step
-            group = [stream.next() for _ in range(accum * world)]  # the step's batches, the same for any world size
-            batches = [to_batch(corpus, ids, model, device) for ids in shard(group, rank, world)]
+            step_batches = [stream.next() for _ in range(accum * world)]  # the same for any world size
+            batches = [to_batch(corpus, ids, model, device) for ids in step_batches[rank::world]]  # r, r + world, ...
             n_tokens = distributed.all_reduce_sum(sum(b.n_tgt for b in batches), device)
             loss_sum = 0.0
             for i, b in enumerate(batches):
