@@ -1,0 +1,124 @@
+"""One training step's throughput, aiayn against Hugging Face's MarianMTModel, same shapes, same batches.
+
+    .venv/bin/python benchmarks/train_step.py [--rounds 5] [--precision fp32 bf16]
+
+A step is forward, label-smoothed cross-entropy (0.1), backward and an Adam (0.9, 0.98, 1e-9)
+update at the rate of eq. (3), as PEERS.md measured fairseq (1.46-1.54x HF). Both models have
+opus-mt-en-de's base shapes (vocabulary 58,101, d_model 512, 6+6 layers, 8 heads, FFN 2048, swish,
+scaled and tied embeddings) and random weights; a batch is 128 x 32 source + 128 x 32 target ids,
+no padding. The engines alternate round by round in one process (2 threads); medians of rounds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+from aiayn.config import ModelConfig  # noqa: E402
+from aiayn.model import Transformer  # noqa: E402
+from aiayn.train.loss import label_smoothed_nll  # noqa: E402
+from aiayn.train.schedule import rate  # noqa: E402
+
+V, PAD, EOS = 58101, 58100, 0
+
+
+def aiayn_model() -> Transformer:
+    config = ModelConfig.preset(
+        "base", vocab_size=V, pad_id=PAD, bos_id=PAD, eos_id=EOS, unk_id=1, activation="swish",
+        sinusoid_layout="halves", final_logits_bias=True, max_len=512,
+    )
+    return Transformer(config).train()
+
+
+def hf_model():
+    from transformers import MarianConfig, MarianMTModel
+
+    config = MarianConfig(
+        vocab_size=V, d_model=512, encoder_layers=6, decoder_layers=6, encoder_attention_heads=8,
+        decoder_attention_heads=8, encoder_ffn_dim=2048, decoder_ffn_dim=2048, activation_function="swish",
+        scale_embedding=True, share_encoder_decoder_embeddings=True, tie_word_embeddings=True,
+        pad_token_id=PAD, eos_token_id=EOS, decoder_start_token_id=PAD, max_position_embeddings=512, dropout=0.1,
+    )
+    return MarianMTModel(config).train()
+
+
+def aiayn_step(model, optimizer, src, tgt_in, tgt_out, step: int, bf16: bool) -> float:
+    for group in optimizer.param_groups:
+        group["lr"] = rate(step, 512, 4000)
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+        logits = model(src, tgt_in)
+    loss, _, n = label_smoothed_nll(logits, tgt_out, 0.1, PAD)
+    (loss / n).backward()
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    return loss.item() / n
+
+
+def hf_step(model, optimizer, src, tgt_in, tgt_out, step: int, bf16: bool) -> float:
+    for group in optimizer.param_groups:
+        group["lr"] = rate(step, 512, 4000)
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+        logits = model(input_ids=src, attention_mask=torch.ones_like(src), decoder_input_ids=tgt_in).logits
+    loss = F.cross_entropy(logits.float().flatten(0, 1), tgt_out.flatten(), ignore_index=PAD, label_smoothing=0.1)
+    loss.backward()
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    return loss.item()
+
+
+def batch(generator: torch.Generator, B: int = 128, L: int = 32) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    src = torch.randint(2, PAD, (B, L), generator=generator)
+    tgt = torch.randint(2, PAD, (B, L + 1), generator=generator)
+    return src, tgt[:, :-1].contiguous(), tgt[:, 1:].contiguous()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--precision", nargs="+", default=["fp32", "bf16"], choices=["fp32", "bf16"])
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--fused-adam", action="store_true", help="fused Adam for aiayn (as its training loop uses)")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    engines = {"aiayn": (aiayn_model(), aiayn_step), "Hugging Face": (hf_model(), hf_step)}
+    optimizers = {name: torch.optim.Adam(m.parameters(), betas=(0.9, 0.98), eps=1e-9, fused=args.fused_adam and name == "aiayn")
+                  for name, (m, _) in engines.items()}
+    generator = torch.Generator().manual_seed(1234)
+    rows = []
+    for precision in args.precision:
+        bf16 = precision == "bf16"
+        times: dict[str, list[float]] = {name: [] for name in engines}
+        for r in range(args.rounds + 1):  # round 0 is an untimed warm-up
+            src, tgt_in, tgt_out = batch(generator)
+            order = list(engines) if r % 2 == 0 else list(reversed(engines))
+            for name in order:
+                model, step = engines[name]
+                began = time.perf_counter()
+                step(model, optimizers[name], src, tgt_in, tgt_out, r + 1, bf16)
+                if r:
+                    times[name].append(time.perf_counter() - began)
+            if r:
+                print(f"{precision} round {r}: " + ", ".join(f"{n} {t[-1]:.2f} s" for n, t in times.items()), flush=True)
+        tokens = 2 * 128 * 32
+        ratios = [h / a for a, h in zip(times["aiayn"], times["Hugging Face"])]
+        rows.append((precision, tokens / statistics.median(times["aiayn"]),
+                     tokens / statistics.median(times["Hugging Face"]), statistics.median(ratios)))
+    print(f"\none training step, base shapes, 128 x 32 + 128 x 32 tokens, {args.threads} threads, "
+          f"medians of {args.rounds} alternated rounds\n")
+    print("| precision | aiayn tok/s | Hugging Face tok/s | ratio (per round, median) |")
+    print("| --- | --- | --- | --- |")
+    for precision, ours, theirs, ratio in rows:
+        print(f"| {precision} | {ours:,.0f} | {theirs:,.0f} | {ratio:.2f}x |")
+    print("\nPEERS.md, same machine: fairseq 1.46-1.54x Hugging Face (fp32); goal 1.75x.")
+
+
+if __name__ == "__main__":
+    main()
