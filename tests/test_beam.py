@@ -41,7 +41,7 @@ class TableCache:
     def __init__(self, table: torch.Tensor, prefix: torch.Tensor):
         self.table, self.prefix = table, prefix  # (N,) which table, (N, t) tokens so far
 
-    def index_select(self, index: torch.Tensor) -> TableCache:
+    def index_select(self, index: torch.Tensor, sentences: torch.Tensor | None = None) -> TableCache:
         return TableCache(self.table[index], self.prefix[index])
 
 

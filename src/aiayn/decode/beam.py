@@ -84,14 +84,15 @@ def beam_search(model: Transformer | StepModel, src: Tensor, config: DecodeConfi
             log_probs[:, banned] = -math.inf
         state, rows = _advance(state, log_probs, t, K, model.eos_id, config)
         done = _is_done(state, t, config)
+        sentences = torch.arange(len(done), device=src.device) if t == 0 else None  # None: the same ones
         if done.any():
             _collect(state, done, results, config.n_best)
-            keep = (~done).nonzero()[:, 0]
-            if keep.numel() == 0:
+            sentences = (~done).nonzero()[:, 0]
+            if sentences.numel() == 0:
                 break
-            state = state.select(keep)
-            rows = rows.view(-1, K).index_select(0, keep).view(-1)
-        cache = cache.index_select(rows)  # one index select: reorder beams, drop done sentences
+            state = state.select(sentences)
+            rows = rows.view(-1, K).index_select(0, sentences).view(-1)
+        cache = cache.index_select(rows, sentences)  # one index select: reorder beams, drop done sentences
         last = state.alive_tokens[:, :, t].reshape(-1, 1)  # (B*K, 1)
     return results
 

@@ -19,7 +19,8 @@ from ..model import DecoderState, Transformer
 
 
 class Cache(Protocol):
-    def index_select(self, index: Tensor) -> Any: ...
+    def index_select(self, index: Tensor, sentences: Tensor | None = None) -> Any:
+        """Rows index (hypotheses) kept, in order; with beams, sentences kept (None: unchanged)."""
 
 
 class StepModel(Protocol):
@@ -61,7 +62,8 @@ class Prefix:
     def __init__(self, memory: Tensor, src_mask: Tensor, tokens: Tensor):
         self.memory, self.src_mask, self.tokens = memory, src_mask, tokens  # (N, S, D), (N,1,1,S), (N, t)
 
-    def index_select(self, index: Tensor) -> Prefix:
+    def index_select(self, index: Tensor, sentences: Tensor | None = None) -> Prefix:
+        """The memory is held per hypothesis here, so it follows index."""
         return Prefix(self.memory[index], self.src_mask[index], self.tokens[index])
 
 

@@ -58,20 +58,10 @@ class Translator:
     @classmethod
     def load(cls, path: str | Path, device: str | torch.device = "cpu", int8: bool = False, **options: Any) -> Translator:
         """An aiayn model directory, or a Hugging Face Marian one; options override its decoding defaults."""
-        from ..io import is_aiayn_model
+        from ..marian import load_any
 
-        path = Path(path)
-        if is_aiayn_model(path):
-            from ..data.vocab import Vocab
-            from ..io import load_model
-
-            model, tokenizer, defaults = load_model(path), Vocab.load(path / "spm.model"), DecodeConfig()
-        elif (path / "config.json").is_file():
-            from ..marian import load_marian  # issue 5
-
-            model, tokenizer, defaults = load_marian(path)
-        else:
-            raise FileNotFoundError(f"{path}: not a model directory (no config.json)")
+        model, tokenizer, defaults = load_any(path, device)
+        defaults = defaults or DecodeConfig()
         if int8:
             from .quantize import quantize_int8
 

@@ -30,6 +30,34 @@ class KeyValue(NamedTuple):
         return KeyValue(torch.cat([self.k, new.k], dim=2), torch.cat([self.v, new.v], dim=2))
 
 
+class KVCache:
+    """A decoder layer's self-attention keys and values of the positions so far, written in place.
+
+    The buffers are time-major, (capacity, N, h, d_k), so positions 0..t-1 form one contiguous
+    block: appending writes one slab, reordering hypotheses copies only the filled block, and
+    memory pages past t are never touched (a large capacity costs address space, not memory).
+    """
+
+    def __init__(self, k: Tensor, v: Tensor, length: int = 0):
+        self.k, self.v, self.length = k, v, length  # (capacity, N, h, d_k) each
+
+    @classmethod
+    def empty(cls, like: Tensor, rows: int, capacity: int) -> KVCache:
+        """A cache for rows hypotheses; like (N, h, T, d_k) gives the head sizes, dtype and device."""
+        shape = (capacity, rows, like.size(1), like.size(3))
+        return cls(like.new_empty(shape), like.new_empty(shape))
+
+    def append(self, new: KeyValue) -> KeyValue:
+        """Write new (N, h, T, d_k) after the cached positions; return all of them, (N, h, t, d_k) views."""
+        start, end = self.length, self.length + new.k.size(2)
+        if end > self.k.size(0):
+            raise ValueError(f"{end} target positions, more than the cache's {self.k.size(0)}")
+        self.k[start:end] = new.k.permute(2, 0, 1, 3)
+        self.v[start:end] = new.v.permute(2, 0, 1, 3)
+        self.length = end
+        return KeyValue(self.k[:end].permute(1, 2, 0, 3), self.v[:end].permute(1, 2, 0, 3))
+
+
 def scaled_dot_product_attention(
     q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, dropout_p: float = 0.0, need_weights: bool = False
 ) -> tuple[Tensor, Tensor | None]:
@@ -81,6 +109,8 @@ class MultiHeadAttention(nn.Module):
 
     def project_qkv(self, x: Tensor) -> tuple[Tensor, KeyValue]:
         """Self-attention: queries, keys and values of x (B, T, D) in one matrix product."""
+        if not isinstance(self.q_proj, nn.Linear):  # replaced, e.g. by int8 modules: one at a time
+            return self.split_heads(self.q_proj(x)), self.project_kv(x)
         weight = torch.cat([self.q_proj.weight, self.k_proj.weight, self.v_proj.weight])  # (3D, D)
         bias = torch.cat([self.q_proj.bias, self.k_proj.bias, self.v_proj.bias])
         q, k, v = F.linear(x, weight, bias).chunk(3, dim=-1)  # (B, T, D) each

@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..config import ModelConfig
-from .attention import KeyValue, MultiHeadAttention
+from .attention import KeyValue, KVCache, MultiHeadAttention
 
 ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu, "swish": F.silu}
 
@@ -69,21 +69,24 @@ class DecoderLayer(nn.Module):
         memory_kv: KeyValue,
         self_mask: Tensor | None,
         cross_mask: Tensor,
-        past_kv: KeyValue | None = None,
+        cache: KVCache | None = None,
         need_weights: bool = False,
     ) -> tuple[Tensor, KeyValue, tuple[Tensor | None, Tensor | None]]:
-        """y (B, T, D) are the newest T target positions; past_kv holds the keys/values of earlier ones.
+        """y (B, T, D) are the newest T target positions; cache holds the keys/values of earlier ones.
 
-        memory_kv are the encoder output's keys/values for this layer, (B, h, S, d_k), computed once.
-        Returns the new y, this layer's self-attention keys/values including y's (the next cache),
+        memory_kv are the encoder output's keys/values for this layer, (B, h, S, d_k), computed once;
+        y may hold K hypotheses per sentence, (B*K, T, D), as in beam search.
+        Returns the new y, this layer's self-attention keys/values including y's (added to cache),
         and on request the weights (B, h, T, t) of self-attention and (B, h, T, S) of cross-attention.
         """
         q, kv = self.self_attn.project_qkv(y)
-        if past_kv is not None:
-            kv = past_kv.extend(kv)  # (B, h, t, d_k): all positions so far
+        if cache is not None:
+            kv = cache.append(kv)  # (B, h, t, d_k): all positions so far
         a, w_self = self.self_attn.attend(q, kv, self_mask, need_weights)
         y = self.self_attn_layer_norm(y + self.dropout(a))
-        c, w_cross = self.cross_attn(y, memory_kv, cross_mask, need_weights)
-        y = self.cross_attn_layer_norm(y + self.dropout(c))
+        # With beams, the K hypotheses of a sentence share its memory: they attend as K x T query positions.
+        B = memory_kv.k.size(0)
+        c, w_cross = self.cross_attn(y.reshape(B, -1, y.size(-1)), memory_kv, cross_mask, need_weights)
+        y = self.cross_attn_layer_norm(y + self.dropout(c.view_as(y)))
         y = self.final_layer_norm(y + self.dropout(self.ffn(y)))
         return y, kv, (w_self, w_cross)

@@ -13,8 +13,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..config import ModelConfig
-from .attention import KeyValue
-from .embedding import Positions, TokenEmbedding
+from .attention import KeyValue, KVCache
+from .embedding import Positions, TokenEmbedding, sinusoid_table
 from .layers import DecoderLayer, EncoderLayer
 from .masks import causal_mask, padding_mask
 
@@ -34,24 +34,50 @@ class Output(NamedTuple):
 
 @dataclass
 class DecoderState:
-    """What incremental decoding carries from one step to the next."""
+    """What incremental decoding carries from one step to the next; decode_step fills it in place.
+
+    Its rows are hypotheses. With beam search, rows b*K .. b*K+K-1 are the K beams of sentence b,
+    and they all read that sentence's one copy of the encoder keys/values.
+    """
 
     src_mask: Tensor  # (B, 1, 1, S), True = may attend
     memory_kv: list[KeyValue]  # per decoder layer, encoder keys/values (B, h, S, d_k), computed once
-    self_kv: list[KeyValue] = field(default_factory=list)  # per layer, (B, h, t, d_k), grows each step
+    self_kv: list[KVCache] = field(default_factory=list)  # per layer, t positions of (B*K, h, d_k)
+    spare: Tensor | None = None  # a free buffer shaped like the caches', reused by index_select
 
     @property
     def length(self) -> int:
         """Target positions decoded so far."""
-        return self.self_kv[0].k.size(2) if self.self_kv else 0
+        return self.self_kv[0].length if self.self_kv else 0
 
-    def index_select(self, index: Tensor) -> DecoderState:
-        """Keep or reorder batch rows (beam reordering, dropping finished sentences): one index select."""
-        return DecoderState(
-            self.src_mask.index_select(0, index),
-            [kv.index_select(index) for kv in self.memory_kv],
-            [kv.index_select(index) for kv in self.self_kv],
-        )
+    @property
+    def rows(self) -> int:
+        """Hypotheses (B*K)."""
+        return self.self_kv[0].k.size(1) if self.self_kv else self.src_mask.size(0)
+
+    def index_select(self, index: Tensor, sentences: Tensor | None = None) -> DecoderState:
+        """Keep or reorder rows (beam reordering, dropping finished sentences); this state is used up.
+
+        index (N',) picks the hypotheses. The encoder side follows index while there is one hypothesis
+        per sentence; with beams, `sentences` (B',) picks the sentences kept (None: all, unchanged).
+        Each cache is copied once, into the spare buffer, whose place the old buffer then takes.
+        """
+        if sentences is None and self.rows == self.src_mask.size(0):
+            sentences = index
+        memory_kv, src_mask = self.memory_kv, self.src_mask
+        if sentences is not None:
+            memory_kv = [kv.index_select(sentences) for kv in memory_kv]
+            src_mask = src_mask.index_select(0, sentences)
+        t, spare, buffers = self.length, self.spare, []
+        for buffer in (b for cache in self.self_kv for b in (cache.k, cache.v)):
+            shape = (buffer.size(0), len(index), *buffer.shape[2:])
+            if spare is None or spare.shape != shape:
+                spare = buffer.new_empty(shape)
+            torch.index_select(buffer[:t], 1, index, out=spare[:t])  # (t, N', h, d_k)
+            buffers.append(spare)
+            spare = buffer if buffer.shape == shape else None
+        caches = [KVCache(k, v, t) for k, v in zip(buffers[::2], buffers[1::2])]
+        return DecoderState(src_mask, memory_kv, caches, spare)
 
 
 class Encoder(nn.Module):
@@ -96,9 +122,9 @@ class Decoder(nn.Module):
         self_mask = causal_mask(T, offset + T, tgt.device) if T > 1 else None
         new_kv = []
         for i, layer in enumerate(self.layers):
-            past = state.self_kv[i] if state.self_kv else None
+            cache = state.self_kv[i] if state.self_kv else None
             y, kv, (w_self, w_cross) = layer(
-                y, state.memory_kv[i], self_mask, state.src_mask, past, need_weights=weights is not None
+                y, state.memory_kv[i], self_mask, state.src_mask, cache, need_weights=weights is not None
             )
             new_kv.append(kv)
             if weights is not None:
@@ -128,6 +154,22 @@ class Transformer(nn.Module):
             self.output_proj = nn.Linear(config.d_model, config.target_vocab_size, bias=False)
         self._init_linear_weights()
 
+    @classmethod
+    def from_state_dict(cls, config: ModelConfig, state_dict: dict[str, Tensor]) -> Transformer:
+        """A model that holds the given tensors themselves: no random weights are made first.
+
+        Built on the meta device, then given the tensors (with safetensors' load_file they stay
+        memory-mapped), so loading needs the weights' memory once rather than twice.
+        """
+        with torch.device("meta"):
+            model = cls(config)
+        model.load_state_dict(state_dict, assign=True)
+        device = next(iter(state_dict.values())).device
+        for module in model.modules():  # the sinusoid table is not saved: compute it for real
+            if isinstance(module, Positions) and module.table.is_meta:
+                module.table = sinusoid_table(config.max_len, config.d_model, config.sinusoid_layout).to(device)
+        return model
+
     def _init_linear_weights(self) -> None:
         """Xavier-uniform projections and zero biases, as in tensor2tensor; the paper does not say."""
         for module in self.modules():
@@ -147,7 +189,10 @@ class Transformer(nn.Module):
 
     def project(self, hidden: Tensor) -> Tensor:
         """Pre-softmax linear transformation (§3.4), tied to the target embedding: (..., D) -> (..., V)."""
-        weight = self.decoder.embed.weight if self.config.tie_output else self.output_proj.weight
+        proj = getattr(self, "output_proj", None)
+        if proj is not None and not isinstance(proj, nn.Linear):
+            return proj(hidden)  # a replacement that carries the bias, e.g. int8 (aiayn.decode.quantize)
+        weight = self.decoder.embed.weight if proj is None else proj.weight
         return F.linear(hidden, weight, self.logits_bias)
 
     def decode(self, tgt: Tensor, memory: Tensor, src_mask: Tensor, weights: Attention | None = None) -> Tensor:
@@ -164,8 +209,12 @@ class Transformer(nn.Module):
 
     def decode_step(self, tokens: Tensor, state: DecoderState) -> tuple[Tensor, DecoderState]:
         """Incremental decoding: the newest tokens (B, 1) -> logits (B, V) and the extended state."""
-        hidden, self_kv = self.decoder(tokens, state)
-        return self.project(hidden[:, -1]), DecoderState(state.src_mask, state.memory_kv, self_kv)
+        if not state.self_kv:  # the first step makes the caches, as long as the position table
+            like = state.memory_kv[0].k
+            caches = [KVCache.empty(like, tokens.size(0), self.config.max_len) for _ in self.decoder.layers]
+            state = DecoderState(state.src_mask, state.memory_kv, caches)
+        hidden, _ = self.decoder(tokens, state)
+        return self.project(hidden[:, -1]), state
 
     def num_parameters(self, count_positions: bool = False) -> int:
         """Trainable parameters, each shared tensor once (sinusoids are a fixed buffer, not counted).

@@ -1,0 +1,272 @@
+"""Translation speed and memory: aiayn against Hugging Face and CTranslate2, on the same weights.
+
+    .venv/bin/python benchmarks/translate.py                # the full table (about 30-60 minutes)
+    .venv/bin/python benchmarks/translate.py --quick        # one round, beam 4 at batch 32, 64 sentences
+
+Measured the way /work/shared/PEERS.md describes the peers: one MarianMTModel with opus-mt-en-de's
+shapes and random weights (seed 0), saved with save_pretrained and converted for CTranslate2 with its
+own TransformersConverter (a stand-in tokenizer: token "t<id>"); 256 source sentences of random ids
+(never </s>, <unk> or <pad>), lengths uniform in 8..40 plus </s> (seed 1234), consecutive batches;
+every engine forced to exactly 40 output tokens, length penalty 1.0; 2 threads everywhere.
+Each measurement runs in a fresh process (its peak RSS is the memory figure); engines alternate
+round by round and the table gives medians, with ratios of figures measured in the same run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+OUT_LEN, THREADS, PAD, EOS, UNK, VOCAB = 40, 2, 58100, 0, 1, 58101
+ENGINES = ["hf", "ct2-float32", "ct2-int8", "aiayn-float32", "aiayn-int8"]
+JOBS = {  # name: (beam size, batch size)
+    "beam4-b32": (4, 32), "greedy-b32": (1, 32), "beam4-b1": (4, 1), "greedy-b1": (1, 1),
+}
+
+
+def marian_config():
+    from transformers import MarianConfig
+
+    return MarianConfig(
+        vocab_size=VOCAB, decoder_vocab_size=VOCAB, d_model=512, encoder_layers=6, decoder_layers=6,
+        encoder_attention_heads=8, decoder_attention_heads=8, encoder_ffn_dim=2048, decoder_ffn_dim=2048,
+        activation_function="swish", scale_embedding=True, max_position_embeddings=512, pad_token_id=PAD,
+        decoder_start_token_id=PAD, eos_token_id=EOS, forced_eos_token_id=None, share_encoder_decoder_embeddings=True,
+    )
+
+
+class StandInTokenizer:
+    """What CTranslate2's converter reads from a tokenizer: the vocabulary and two special tokens."""
+
+    eos_token, unk_token = "</s>", "<unk>"
+
+    def get_vocab(self) -> dict[str, int]:
+        names = {EOS: "</s>", UNK: "<unk>", PAD: "<pad>"}
+        return {names.get(i, f"t{i}"): i for i in range(VOCAB)}
+
+
+def prepare(work: Path) -> None:
+    """The Marian directory, its two CTranslate2 conversions and the source sentences, made once."""
+    import torch
+    from ctranslate2.converters import TransformersConverter
+    from transformers import MarianMTModel
+
+    if not (work / "marian" / "model.safetensors").is_file():
+        torch.manual_seed(0)
+        model = MarianMTModel(marian_config()).eval()
+        print(f"Marian model: {sum(p.numel() for p in model.parameters()):,} parameters", file=sys.stderr)
+        model.save_pretrained(work / "marian")
+    for quantization in ("float32", "int8"):
+        out = work / f"ct2-{quantization}"
+        if not (out / "model.bin").is_file():
+            converter = TransformersConverter(str(work / "marian"))
+            converter.load_tokenizer = lambda *args, **kwargs: StandInTokenizer()
+            converter.convert(str(out), quantization=quantization, force=True)
+    if not (work / "sources.json").is_file():
+        g = torch.Generator().manual_seed(1234)
+        lengths = torch.randint(8, 41, (256,), generator=g).tolist()
+        sources = [torch.randint(2, PAD, (n,), generator=g).tolist() + [EOS] for n in lengths]
+        (work / "sources.json").write_text(json.dumps(sources))
+
+
+def batches(sources: list[list[int]], size: int) -> list[list[list[int]]]:
+    return [sources[i : i + size] for i in range(0, len(sources), size)]
+
+
+def padded(batch: list[list[int]]):
+    import torch
+
+    S = max(len(s) for s in batch)
+    return torch.tensor([s + [PAD] * (S - len(s)) for s in batch])
+
+
+def run_hf(work: Path, beam: int, batch_size: int, sources: list[list[int]]):
+    import torch
+    from transformers import MarianMTModel
+
+    model = MarianMTModel.from_pretrained(work / "marian").eval()
+    options = dict(num_beams=beam, do_sample=False, max_new_tokens=OUT_LEN, min_new_tokens=OUT_LEN,
+                   length_penalty=1.0, early_stopping=False, forced_eos_token_id=None)
+
+    def translate(batch):
+        src = padded(batch)
+        with torch.inference_mode():
+            out = model.generate(input_ids=src, attention_mask=(src != PAD).long(), **options)
+        return [row[1:].tolist() for row in out]  # drop the start token
+
+    return translate
+
+
+def run_ct2(work: Path, beam: int, batch_size: int, sources: list[list[int]], compute_type: str):
+    import ctranslate2
+
+    model = ctranslate2.Translator(str(work / f"ct2-{compute_type}"), device="cpu", compute_type=compute_type,
+                                   intra_threads=THREADS, inter_threads=1)
+    name = {EOS: "</s>", UNK: "<unk>"}
+    ids = {v: k for k, v in name.items()}
+
+    def translate(batch):
+        tokens = [[name.get(i, f"t{i}") for i in s] for s in batch]
+        results = model.translate_batch(tokens, beam_size=beam, min_decoding_length=OUT_LEN,
+                                        max_decoding_length=OUT_LEN, length_penalty=1.0, max_batch_size=0)
+        return [[ids.get(t, None) if t in ids else int(t[1:]) for t in r.hypotheses[0]] for r in results]
+
+    return translate
+
+
+def run_aiayn(work: Path, beam: int, batch_size: int, sources: list[list[int]], int8: bool):
+    import torch
+
+    from aiayn.config import DecodeConfig
+    from aiayn.decode.beam import beam_search
+    from aiayn.decode.greedy import greedy_hypotheses
+    from aiayn.decode.step import TransformerStep
+    from aiayn.marian.load import model_config_from_marian, read_marian_config, state_dict_from_marian
+    from aiayn.model import Transformer
+    from safetensors.torch import load_file
+
+    # load_marian without a tokenizer (there is none here): the weights, memory-mapped, used in place
+    config = model_config_from_marian(read_marian_config(work / "marian"), unk_id=UNK)
+    with torch.device("meta"):  # names and shapes only
+        shapes = Transformer(config)
+    state = state_dict_from_marian(load_file(work / "marian" / "model.safetensors"), shapes)
+    model = Transformer.from_state_dict(config, state).eval()
+    if int8:
+        from aiayn.decode.quantize import quantize_int8
+
+        model = quantize_int8(model)
+
+    class NoEos(TransformerStep):  # as HF's min_new_tokens and CTranslate2's min_decoding_length
+        def step(self, tokens, cache):
+            log_probs, cache = super().step(tokens, cache)
+            log_probs[:, EOS] = float("-inf")
+            return log_probs, cache
+
+    step = NoEos(model)
+    config = DecodeConfig(beam_size=beam, alpha=1.0, length_penalty="power", max_len=OUT_LEN, extra_len=OUT_LEN)
+    search = beam_search if beam > 1 else greedy_hypotheses
+
+    def translate(batch):
+        return [hyps[0].tokens for hyps in search(step, padded(batch), config)]
+
+    return translate
+
+
+def peak_mib() -> float:
+    """This process's peak resident memory (VmHWM; ru_maxrss would include the parent's, from before exec)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def worker(args: argparse.Namespace) -> None:
+    """One engine, one job, in this fresh process: prints its timing and peak memory as JSON."""
+    if not args.worker.startswith("ct2"):  # CTranslate2 runs without torch, as its users would
+        import torch
+
+        torch.set_num_threads(THREADS)
+    beam, batch_size = JOBS[args.job]
+    sources = json.loads((args.work / "sources.json").read_text())[: args.sentences]
+    engine = args.worker
+    if engine == "hf":
+        translate = run_hf(args.work, beam, batch_size, sources)
+    elif engine.startswith("ct2"):
+        translate = run_ct2(args.work, beam, batch_size, sources, engine.split("-")[1])
+    else:
+        translate = run_aiayn(args.work, beam, batch_size, sources, engine == "aiayn-int8")
+    translate([s[:8] + [EOS] for s in sources[: min(batch_size, 4)]])  # warm-up, untimed
+    outputs, start = [], time.perf_counter()
+    for batch in batches(sources, batch_size):
+        outputs += translate(batch)
+    seconds = time.perf_counter() - start
+    lengths = sorted({len(o) for o in outputs})
+    print(json.dumps({
+        "seconds": seconds, "sentences": len(sources), "tokens": sum(len(o) for o in outputs), "lengths": lengths,
+        "peak_mib": peak_mib(), "first": outputs[:8],
+    }))
+
+
+def measure(work: Path, engine: str, job: str, sentences: int) -> dict:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_VERBOSITY": "error", "OMP_NUM_THREADS": str(THREADS)}
+    cmd = [sys.executable, __file__, "--worker", engine, "--job", job, "--work", str(work), "--sentences", str(sentences)]
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    if done.returncode != 0:
+        raise RuntimeError(f"{engine} {job} failed:\n{done.stderr[-3000:]}")
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    if result["lengths"] != [OUT_LEN]:
+        raise RuntimeError(f"{engine} {job}: output lengths {result['lengths']}, not all {OUT_LEN}")
+    return result
+
+
+def table(results: dict, jobs: list[str], engines: list[str]) -> str:
+    """Medians per job and engine, and the ratios the goals are stated in."""
+    def med(job, engine, key):
+        return statistics.median(r[key] for r in results[job][engine])
+
+    lines = ["| job | " + " | ".join(engines) + " | aiayn/CT2 f32 | aiayn int8/CT2 int8 | aiayn/HF |",
+             "|---" * (len(engines) + 4) + "|"]
+    for job in jobs:
+        speed = {e: med(job, e, "tokens") / med(job, e, "seconds") for e in engines}
+        unit = "tok/s"
+        cells = [f"{speed[e]:,.0f}" for e in engines]
+        if JOBS[job][1] == 1:  # batch 1: milliseconds per sentence, as PEERS.md gives it
+            unit = "ms/sentence"
+            cells = [f"{1000 * med(job, e, 'seconds') / med(job, e, 'sentences'):,.0f}" for e in engines]
+        ratio = lambda a, b: f"{speed[a] / speed[b]:.2f}x" if a in speed and b in speed else "-"  # noqa: E731
+        lines.append(f"| {job} ({unit}) | " + " | ".join(cells) + f" | {ratio('aiayn-float32', 'ct2-float32')} | "
+                     f"{ratio('aiayn-int8', 'ct2-int8')} | {ratio('aiayn-float32', 'hf')} |")
+    lines += ["", "| peak memory, MiB | " + " | ".join(engines) + " | aiayn/CT2 f32 | aiayn int8/CT2 int8 |",
+              "|---" * (len(engines) + 3) + "|"]
+    for job in jobs:
+        mem = {e: max(r["peak_mib"] for r in results[job][e]) for e in engines}
+        ratio = lambda a, b: f"{mem[a] / mem[b]:.2f}" if a in mem and b in mem else "-"  # noqa: E731
+        lines.append(f"| {job} | " + " | ".join(f"{mem[e]:,.0f}" for e in engines)
+                     + f" | {ratio('aiayn-float32', 'ct2-float32')} | {ratio('aiayn-int8', 'ct2-int8')} |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--work", type=Path, default=Path(os.environ.get("TMPDIR", "/tmp")) / "aiayn-translate-bench")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--sentences", type=int, default=256, help="sentences for the batch-32 jobs")
+    parser.add_argument("--batch1-sentences", type=int, default=16, help="sentences for the batch-1 jobs")
+    parser.add_argument("--jobs", nargs="+", default=list(JOBS), choices=list(JOBS))
+    parser.add_argument("--engines", nargs="+", default=ENGINES, choices=ENGINES)
+    parser.add_argument("--quick", action="store_true", help="one round of beam4-b32 on 64 sentences")
+    parser.add_argument("--worker", choices=ENGINES, help=argparse.SUPPRESS)
+    parser.add_argument("--job", choices=list(JOBS), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        return worker(args)
+    if args.quick:
+        args.rounds, args.sentences, args.jobs = 1, 64, ["beam4-b32"]
+    args.work.mkdir(parents=True, exist_ok=True)
+    prepare(args.work)
+    results: dict = {job: {e: [] for e in args.engines} for job in args.jobs}
+    for r in range(args.rounds):
+        for job in args.jobs:
+            n = args.batch1_sentences if JOBS[job][1] == 1 else args.sentences
+            order = args.engines[r % len(args.engines):] + args.engines[: r % len(args.engines)]
+            for engine in order:
+                res = measure(args.work, engine, job, n)
+                results[job][engine].append(res)
+                print(f"round {r + 1} {job:11s} {engine:14s} {res['tokens'] / res['seconds']:8.1f} tok/s "
+                      f"{res['peak_mib']:7.0f} MiB", file=sys.stderr, flush=True)
+    same = {e: sum(a == b for a, b in zip(results[args.jobs[0]][e][0]["first"], results[args.jobs[0]]["hf"][0]["first"]))
+            for e in args.engines} if "hf" in args.engines else {}
+    print(f"load average at the end: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs; {THREADS} threads per engine")
+    print(f"first 8 outputs of {args.jobs[0]} identical to Hugging Face's: {same}")
+    print(table(results, args.jobs, args.engines))
+
+
+if __name__ == "__main__":
+    main()
