@@ -162,7 +162,8 @@ def bench_training(preset: str, sizes: Sizes, device: torch.device, peak: float,
     flops = train_flops(config, B, L, L)
     tok_s = {name: 2 * B * L / s for name, s in step.items()}
     mfu = {name: flops / s / peak for name, s in step.items()}
-    label = f"train {preset} ({Transformer(config).num_parameters() / 1e6:.0f}M), bf16{', compiled' if compile_ else ''}"
+    millions = sum(p.numel() for g in engines[0].optimizer.param_groups for p in g["params"]) / 1e6
+    label = f"train {preset} ({millions:.0f}M), bf16{', compiled' if compile_ else ''}"
     rows = [[f"{label}: src+tgt tok/s (MFU)", *(f"{tok_s[e.name]:,.0f} ({mfu[e.name]:.0%})" for e in engines),
              f"{tok_s['aiayn'] / tok_s['Hugging Face']:.2f}x"]]
     if device.type == "cuda":
