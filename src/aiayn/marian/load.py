@@ -198,8 +198,9 @@ def load_marian(directory: str | Path, device: str | torch.device = "cpu") -> tu
     tokenizer = MarianTokenizer.load(directory)
     config = model_config_from_marian(cfg, unk_id=tokenizer.unk_id)
     _check_vocab(tokenizer, config, directory)
-    model = Transformer(config)
-    model.load_state_dict(state_dict_from_marian(read_weights(directory), model, str(directory)))
+    with torch.device("meta"):  # names and shapes only: the checkpoint's tensors become the weights
+        skeleton = Transformer(config)
+    model = Transformer.from_state_dict(config, state_dict_from_marian(read_weights(directory), skeleton, str(directory)))
     generation = read_json(directory / GENERATION_CONFIG) if (directory / GENERATION_CONFIG).is_file() else {}
     return model.to(device).eval(), tokenizer, decode_config_from_marian(cfg, generation)
 
