@@ -196,6 +196,8 @@ def worker(args: argparse.Namespace) -> None:
 
 def measure(work: Path, engine: str, job: str, sentences: int) -> dict:
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_VERBOSITY": "error", "OMP_NUM_THREADS": str(THREADS)}
+    if OMP_WAIT_POLICY:  # all three engines use GNU OpenMP; spinning threads stall on a shared machine
+        env["OMP_WAIT_POLICY"] = OMP_WAIT_POLICY
     cmd = [sys.executable, __file__, "--worker", engine, "--job", job, "--work", str(work), "--sentences", str(sentences)]
     done = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if done.returncode != 0:
@@ -204,6 +206,9 @@ def measure(work: Path, engine: str, job: str, sentences: int) -> dict:
     if result["lengths"] != [OUT_LEN]:
         raise RuntimeError(f"{engine} {job}: output lengths {result['lengths']}, not all {OUT_LEN}")
     return result
+
+
+OMP_WAIT_POLICY = "PASSIVE"
 
 
 def table(results: dict, jobs: list[str], engines: list[str]) -> str:
@@ -242,11 +247,15 @@ def main() -> None:
     parser.add_argument("--jobs", nargs="+", default=list(JOBS), choices=list(JOBS))
     parser.add_argument("--engines", nargs="+", default=ENGINES, choices=ENGINES)
     parser.add_argument("--quick", action="store_true", help="one round of beam4-b32 on 64 sentences")
+    parser.add_argument("--omp-wait-policy", default="PASSIVE", choices=["PASSIVE", "ACTIVE", "default"],
+                        help="OMP_WAIT_POLICY for every engine (default PASSIVE: robust when cores are shared)")
     parser.add_argument("--worker", choices=ENGINES, help=argparse.SUPPRESS)
     parser.add_argument("--job", choices=list(JOBS), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
         return worker(args)
+    global OMP_WAIT_POLICY
+    OMP_WAIT_POLICY = None if args.omp_wait_policy == "default" else args.omp_wait_policy
     if args.quick:
         args.rounds, args.sentences, args.jobs = 1, 64, ["beam4-b32"]
     args.work.mkdir(parents=True, exist_ok=True)
@@ -263,7 +272,8 @@ def main() -> None:
                       f"{res['peak_mib']:7.0f} MiB", file=sys.stderr, flush=True)
     same = {e: sum(a == b for a, b in zip(results[args.jobs[0]][e][0]["first"], results[args.jobs[0]]["hf"][0]["first"]))
             for e in args.engines} if "hf" in args.engines else {}
-    print(f"load average at the end: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs; {THREADS} threads per engine")
+    print(f"load average at the end: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs; {THREADS} threads per engine; "
+          f"OMP_WAIT_POLICY={args.omp_wait_policy}")
     print(f"first 8 outputs of {args.jobs[0]} identical to Hugging Face's: {same}")
     print(table(results, args.jobs, args.engines))
 

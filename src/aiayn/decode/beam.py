@@ -107,7 +107,7 @@ def _advance(state: BeamState, log_probs: Tensor, t: int, K: int, eos: int, conf
     V = log_probs.size(1)
     C = min(2 * K, k * V)
     # The best C of all k x V continuations are among the best C of each hypothesis's own V.
-    row_lp, row_tok = log_probs.topk(min(C, V), dim=1)  # (B*k, c)
+    row_lp, row_tok = top_k(log_probs, min(C, V))  # (B*k, c)
     total = (state.alive_log_probs.view(B * k, 1) + row_lp).view(B, -1)  # (B, k*c)
     cand_lp, flat = total.topk(C, dim=1)  # (B, C), best first
     beam = flat // row_lp.size(1)  # (B, C) parent hypothesis in 0..k-1
@@ -139,6 +139,28 @@ def _advance(state: BeamState, log_probs: Tensor, t: int, K: int, eos: int, conf
     )
     rows = (beam.gather(1, alive) + torch.arange(B, device=beam.device)[:, None] * k).view(-1)  # (B*K,)
     return new, rows
+
+
+def top_k(x: Tensor, k: int, block: int = 128) -> tuple[Tensor, Tensor]:
+    """x.topk(k, dim=1) for long rows (N, V), in one pass over x instead of a selection per row.
+
+    The k largest values of a row lie in the k blocks (of `block` columns) with the largest maxima,
+    so only those k x block candidates (and the last, partial block) are searched.
+    """
+    N, V = x.shape
+    n_blocks = V // block
+    if n_blocks <= 2 * k:
+        return x.topk(k, dim=1)
+    full = x[:, : n_blocks * block].view(N, n_blocks, block)  # (N, n_blocks, block), no copy
+    best_blocks = full.amax(dim=2).topk(k, dim=1).indices  # (N, k)
+    candidates = torch.cat([
+        full.gather(1, best_blocks[:, :, None].expand(N, k, block)).view(N, k * block),
+        x[:, n_blocks * block :],  # the partial block at the end
+    ], dim=1)  # (N, k * block + V % block)
+    values, position = candidates.topk(k, dim=1)
+    column = best_blocks.gather(1, (position // block).clamp(max=k - 1)) * block + position % block
+    column = torch.where(position < k * block, column, position - k * block + n_blocks * block)
+    return values, column
 
 
 def _is_done(state: BeamState, t: int, config: DecodeConfig) -> Tensor:

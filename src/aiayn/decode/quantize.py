@@ -2,7 +2,7 @@
 
 Weights are stored as int8 with one scale per output row; activations are quantised on the fly
 (per batch). The pre-softmax projection, tied to the embedding (§3.4), gets its own int8 copy, so
-the embedding lookup keeps its float rows. Not in the paper: a speed/memory option, measured by
+the embedding lookup keeps its float rows; W^Q, W^K, W^V of each self-attention become one layer. Not in the paper: a speed/memory option, measured by
 benchmarks/translate.py (BLEU within 0.5 of float32 is the bar).
 """
 
@@ -30,6 +30,14 @@ def quantize_int8(model: Transformer) -> Transformer:
         model.output_proj = proj
     elif model.logits_bias is not None:  # fold the logits bias into the untied projection
         model.output_proj.bias = nn.Parameter(model.logits_bias.detach().clone(), requires_grad=False)
+    for layer in (*model.encoder.layers, *model.decoder.layers):  # one int8 product for Q, K and V
+        attn = layer.self_attn
+        parts = (attn.q_proj, attn.k_proj, attn.v_proj)
+        fused = nn.Linear(parts[0].in_features, 3 * parts[0].out_features, device="meta")
+        fused.weight = nn.Parameter(torch.cat([p.weight.detach() for p in parts]), requires_grad=False)
+        fused.bias = nn.Parameter(torch.cat([p.bias.detach() for p in parts]), requires_grad=False)
+        attn.qkv_proj = fused
+        del attn.q_proj, attn.k_proj, attn.v_proj  # self-attention reads only the fused layer
     with warnings.catch_warnings():  # torch.ao's eager quantisation warns that it is deprecated
         warnings.simplefilter("ignore")
         per_row = torch.ao.quantization.per_channel_dynamic_qconfig  # a scale per output row

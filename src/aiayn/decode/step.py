@@ -44,6 +44,7 @@ class TransformerStep:
         self.bos_id, self.eos_id, self.pad_id = cfg.bos_id, cfg.eos_id, cfg.pad_id
         self.banned = tuple(sorted({cfg.pad_id, cfg.bos_id}))
         self.max_len = cfg.max_len
+        self.buffer: Tensor | None = None  # (N, V) logits, then log-probs, rewritten every step
 
     def start(self, src: Tensor) -> DecoderState:
         """Run the encoder once: src (B, S) -> the decoder's starting state."""
@@ -51,9 +52,21 @@ class TransformerStep:
         return self.model.start_state(memory, src_mask)
 
     def step(self, tokens: Tensor, cache: DecoderState) -> tuple[Tensor, DecoderState]:
-        """tokens (N, 1) -> log-probabilities (N, V) of the next token, and the extended cache."""
-        logits, cache = self.model.decode_step(tokens, cache)
-        return logits.float().log_softmax(dim=-1), cache
+        """tokens (N, 1) -> log-probabilities (N, V) of the next token, and the extended cache.
+
+        The log-probabilities live in a buffer that the next step overwrites: one allocation (and
+        one set of page faults) for the whole search instead of two tensors of N x V per step.
+        """
+        N, V = tokens.size(0), self.model.config.target_vocab_size
+        if self.buffer is None or self.buffer.size(0) < N or self.buffer.device != tokens.device:
+            self.buffer = torch.empty(N, V, device=tokens.device)
+        out = self.buffer[:N]
+        logits, cache = self.model.decode_step(tokens, cache, out=out if self._float32 else None)
+        return torch.log_softmax(logits.float(), dim=-1, out=out), cache  # in place, row by row
+
+    @property
+    def _float32(self) -> bool:
+        return self.model.decoder.embed.weight.dtype == torch.float32
 
 
 class Prefix:

@@ -109,7 +109,12 @@ class MultiHeadAttention(nn.Module):
 
     def project_qkv(self, x: Tensor) -> tuple[Tensor, KeyValue]:
         """Self-attention: queries, keys and values of x (B, T, D) in one matrix product."""
-        if not isinstance(self.q_proj, nn.Linear):  # replaced, e.g. by int8 modules: one at a time
+        fused = getattr(self, "qkv_proj", None)  # W^Q, W^K, W^V as one layer (int8, aiayn.decode.quantize)
+        if fused is not None:
+            q, k, v = fused(x).chunk(3, dim=-1)
+            return self.split_heads(q), KeyValue(self.split_heads(k), self.split_heads(v))
+        if not torch.is_grad_enabled() or not isinstance(self.q_proj, nn.Linear):
+            # inference (or int8 modules): three products, without copying the weights together
             return self.split_heads(self.q_proj(x)), self.project_kv(x)
         weight = torch.cat([self.q_proj.weight, self.k_proj.weight, self.v_proj.weight])  # (3D, D)
         bias = torch.cat([self.q_proj.bias, self.k_proj.bias, self.v_proj.bias])

@@ -187,13 +187,19 @@ class Transformer(nn.Module):
         """The decoding state before any target token: the encoder keys/values, computed once."""
         return DecoderState(src_mask, self.decoder.memory_kv(memory))
 
-    def project(self, hidden: Tensor) -> Tensor:
-        """Pre-softmax linear transformation (§3.4), tied to the target embedding: (..., D) -> (..., V)."""
+    def project(self, hidden: Tensor, out: Tensor | None = None) -> Tensor:
+        """Pre-softmax linear transformation (§3.4), tied to the target embedding: (..., D) -> (..., V).
+
+        out: a (B, V) buffer for the logits of hidden (B, D), reused from step to step by decoding.
+        """
         proj = getattr(self, "output_proj", None)
         if proj is not None and not isinstance(proj, nn.Linear):
             return proj(hidden)  # a replacement that carries the bias, e.g. int8 (aiayn.decode.quantize)
         weight = self.decoder.embed.weight if proj is None else proj.weight
-        return F.linear(hidden, weight, self.logits_bias)
+        if out is None:
+            return F.linear(hidden, weight, self.logits_bias)
+        torch.mm(hidden, weight.t(), out=out)  # then add the bias: faster than addmm's broadcast copy
+        return out if self.logits_bias is None else out.add_(self.logits_bias)
 
     def decode(self, tgt: Tensor, memory: Tensor, src_mask: Tensor, weights: Attention | None = None) -> Tensor:
         """Teacher-forced decoding of tgt (B, T) against z: logits (B, T, V)."""
@@ -207,14 +213,14 @@ class Transformer(nn.Module):
         logits = self.decode(tgt_in, memory, src_mask, weights)
         return Output(logits, weights) if return_attention else logits
 
-    def decode_step(self, tokens: Tensor, state: DecoderState) -> tuple[Tensor, DecoderState]:
-        """Incremental decoding: the newest tokens (B, 1) -> logits (B, V) and the extended state."""
+    def decode_step(self, tokens: Tensor, state: DecoderState, out: Tensor | None = None) -> tuple[Tensor, DecoderState]:
+        """Incremental decoding: the newest tokens (B, 1) -> logits (B, V) (into out if given) and the state."""
         if not state.self_kv:  # the first step makes the caches, as long as the position table
             like = state.memory_kv[0].k
             caches = [KVCache.empty(like, tokens.size(0), self.config.max_len) for _ in self.decoder.layers]
             state = DecoderState(state.src_mask, state.memory_kv, caches)
         hidden, _ = self.decoder(tokens, state)
-        return self.project(hidden[:, -1]), state
+        return self.project(hidden[:, -1], out), state
 
     def num_parameters(self, count_positions: bool = False) -> int:
         """Trainable parameters, each shared tensor once (sinusoids are a fixed buffer, not counted).
