@@ -276,6 +276,10 @@ def finish(recipe: Recipe, out: Path, start: Start, device: torch.device, log: L
     if not last:
         return {}
     average_checkpoints(last, out / "model")
+    if start.vocab_proto is None:  # a Marian tokenizer (--init): its own files, so Translator.load reads OUT/model
+        from ..marian.convert import save_tokenizer
+
+        save_tokenizer(start.tokenizer, out / "model")
     log(f"{out / 'model'}: the mean of {len(last)} checkpoint(s): {', '.join(p.name for p in last)}")
     model = load_model(out / "model", device)
     results: dict = {"averaged": [p.name for p in last]}
