@@ -335,6 +335,10 @@ train: {{batch_tokens: 1024, warmup_steps: 8, lr_factor: 1.0, max_steps: 15, eva
     assert tuned.config == model.config  # the same architecture and vocabulary
     after = validation_nll(tuned, tokenizer)
     assert after < 0.8 * before and after < math.log(model.config.vocab_size), (before, after)  # below uniform
+    from aiayn.decode.translate import Translator  # the fine-tuned model keeps the Marian tokenizer
+
+    texts = read_lines("val.en.gz", 8)
+    assert Translator.load(tmp_path / "run" / "model").translate(texts) == Translator(tuned, tokenizer).translate(texts)
 
 
 def test_separate_vocabularies_and_an_untied_output_layer(marian_dir, sentences, tmp_path):
