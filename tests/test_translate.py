@@ -140,3 +140,22 @@ def test_cli_stdin_to_stdout(model_dir):
     lines = done.stdout.decode("utf-8").split("\n")
     assert lines == Translator.load(model_dir, beam_size=1).translate(text.splitlines()) + [""]
     assert done.stderr == b""  # no progress bar for a stream
+
+
+def test_int8_stays_close_to_float32(model_dir, tmp_path):
+    """int8 linear layers (with the fused Q/K/V and the tied projection) change logits only a little."""
+    from aiayn.decode.quantize import quantize_int8
+    from aiayn.io import load_model
+
+    model, src = load_model(model_dir), torch.randint(4, 200, (3, 9))
+    tgt = torch.randint(4, 200, (3, 7))
+    with torch.no_grad():
+        reference = model(src, tgt)
+        quantized = quantize_int8(load_model(model_dir))(src, tgt)
+    assert not torch.equal(quantized, reference)  # it really is another computation
+    assert (quantized - reference).abs().max() < 0.05 * reference.abs().max()
+    assert quantized.argmax(-1).eq(reference.argmax(-1)).float().mean() > 0.9
+    src_file, out = tmp_path / "in.txt", tmp_path / "out.txt"
+    src_file.write_text("Zwei Hunde.\n\nDogs.\n", encoding="utf-8")
+    assert run_cli("--model", str(model_dir), "-i", str(src_file), "-o", str(out), "-q", "--int8") == 0
+    assert len(out.read_text(encoding="utf-8").split("\n")) == 4 and out.read_text().split("\n")[1] == ""
