@@ -319,8 +319,13 @@ def validation_nll(model: Transformer, tokenizer, n: int = 200) -> float:
     return float(nll[keep].mean())
 
 
-def test_fine_tuning_from_a_converted_checkpoint_lowers_validation_loss(marian_dir, tmp_path):
-    """`aiayn train RECIPE --init DIR` on Multi30k (test_2016_flickr as training text, val to score)."""
+@pytest.mark.parametrize("init", ["marian", "converted"])
+def test_fine_tuning_from_a_converted_checkpoint_lowers_validation_loss(marian_dir, tmp_path, init):
+    """`aiayn train RECIPE --init DIR` on Multi30k (test_2016_flickr as training text, val to score),
+    from the Marian directory itself or from the aiayn directory `aiayn convert --to aiayn` made of it."""
+    if init == "converted":
+        assert cli(["convert", str(marian_dir), str(tmp_path / "converted"), "--to", "aiayn"]) == 0
+    init_dir = marian_dir if init == "marian" else tmp_path / "converted"
     recipe = tmp_path / "finetune.yaml"
     recipe.write_text(f"""
 data: {{train: {DATA / 'test_2016_flickr'}, valid: {DATA / 'val'}, test: "", src_lang: en, tgt_lang: de, max_subwords: 64}}
@@ -330,7 +335,7 @@ train: {{batch_tokens: 1024, warmup_steps: 8, lr_factor: 1.0, max_steps: 15, eva
 """)
     model, tokenizer, _ = load_marian(marian_dir)
     before = validation_nll(model, tokenizer)
-    assert cli(["train", str(recipe), "--init", str(marian_dir), "--out", str(tmp_path / "run")]) == 0
+    assert cli(["train", str(recipe), "--init", str(init_dir), "--out", str(tmp_path / "run")]) == 0
     tuned = io.load_model(tmp_path / "run" / "model")
     assert tuned.config == model.config  # the same architecture and vocabulary
     after = validation_nll(tuned, tokenizer)

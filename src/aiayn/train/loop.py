@@ -53,12 +53,12 @@ def start_model(recipe: Recipe, out: Path, init: str | Path | None, log: Log) ->
     from ..io import is_aiayn_model
 
     if init is not None:
-        if is_aiayn_model(init):
+        if is_aiayn_model(init) and (Path(init) / "spm.model").is_file():
             vocab = Vocab.load(Path(init) / "spm.model")
             return Start(load_model(init).train(), vocab, vocab.proto)
-        from ..marian import load_marian  # issue 5: a Hugging Face Marian directory
+        from ..marian import load_any  # issue 5: a Marian directory, or an aiayn one converted from Marian
 
-        model, tokenizer, _ = load_marian(init)
+        model, tokenizer, _ = load_any(init)
         return Start(model.train(), tokenizer, None)
     d = recipe.data
     vocab_path = out / "spm.model"
