@@ -34,8 +34,8 @@ class KVCache:
     """A decoder layer's self-attention keys and values of the positions so far, written in place.
 
     The buffers are time-major, (capacity, N, h, d_k), so positions 0..t-1 form one contiguous
-    block: appending writes one slab, reordering hypotheses copies only the filled block, and
-    memory pages past t are never touched (a large capacity costs address space, not memory).
+    block: appending writes one slab and reordering hypotheses copies only the filled block. The
+    capacity doubles when full; on a CPU, pages past t are never touched.
     """
 
     def __init__(self, k: Tensor, v: Tensor, length: int = 0):
@@ -50,8 +50,13 @@ class KVCache:
     def append(self, new: KeyValue) -> KeyValue:
         """Write new (N, h, T, d_k) after the cached positions; return all of them, (N, h, t, d_k) views."""
         start, end = self.length, self.length + new.k.size(2)
-        if end > self.k.size(0):
-            raise ValueError(f"{end} target positions, more than the cache's {self.k.size(0)}")
+        if end > self.k.size(0):  # grow by doubling (a GPU commits all it allocates)
+            capacity = max(end, 2 * self.k.size(0))
+            for name in ("k", "v"):
+                old = getattr(self, name)
+                grown = old.new_empty((capacity, *old.shape[1:]))
+                grown[:start] = old[:start]
+                setattr(self, name, grown)
         self.k[start:end] = new.k.permute(2, 0, 1, 3)
         self.v[start:end] = new.v.permute(2, 0, 1, 3)
         self.length = end

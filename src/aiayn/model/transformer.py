@@ -215,9 +215,9 @@ class Transformer(nn.Module):
 
     def decode_step(self, tokens: Tensor, state: DecoderState, out: Tensor | None = None) -> tuple[Tensor, DecoderState]:
         """Incremental decoding: the newest tokens (B, 1) -> logits (B, V) (into out if given) and the state."""
-        if not state.self_kv:  # the first step makes the caches, as long as the position table
-            like = state.memory_kv[0].k
-            caches = [KVCache.empty(like, tokens.size(0), self.config.max_len) for _ in self.decoder.layers]
+        if not state.self_kv:  # the first step makes the caches; they grow as needed
+            like, capacity = state.memory_kv[0].k, min(64, self.config.max_len)
+            caches = [KVCache.empty(like, tokens.size(0), capacity) for _ in self.decoder.layers]
             state = DecoderState(state.src_mask, state.memory_kv, caches)
         hidden, _ = self.decoder(tokens, state)
         return self.project(hidden[:, -1], out), state
