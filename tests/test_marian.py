@@ -61,7 +61,7 @@ def marian_vocab(*protos: bytes) -> dict[str, int]:
     return vocab
 
 
-def build_marian(directory: Path, eos_bias: float = EOS_BIAS, seed: int = 1) -> Path:
+def build_marian(directory: Path, eos_bias: float = EOS_BIAS, seed: int = 1, forced_eos: bool = False) -> Path:
     """A random-weight opus-mt-like checkpoint: en source.spm, de target.spm, joint vocab.json, swish,
     scaled embeddings, 2 encoder + 3 decoder layers; weights drawn wide and </s> favoured by the
     logits bias so that hypotheses end at many different lengths."""
@@ -83,9 +83,9 @@ def build_marian(directory: Path, eos_bias: float = EOS_BIAS, seed: int = 1) -> 
         bias = torch.randn(V) * 0.5
         bias[0] += eos_bias  # </s>
         model.final_logits_bias.copy_(bias[None])
-    # forced_eos_token_id=None: aiayn cuts a hypothesis at the length cap instead of forcing </s> there.
+    # forced_eos_token_id=None: a hypothesis is cut at the length cap; 0: </s> is forced there (opus-mt's).
     model.generation_config = transformers.GenerationConfig(
-        decoder_start_token_id=V - 1, eos_token_id=0, pad_token_id=V - 1, forced_eos_token_id=None,
+        decoder_start_token_id=V - 1, eos_token_id=0, pad_token_id=V - 1, forced_eos_token_id=0 if forced_eos else None,
         bad_words_ids=[[V - 1]], num_beams=4, length_penalty=0.6, max_length=MAX_LENGTH)
     model.save_pretrained(directory)
     (directory / "source.spm").write_bytes(src_spm)
@@ -163,6 +163,26 @@ def test_greedy_and_beam_translations_equal_generate(marian_dir, sentences):
     from aiayn.decode.translate import Translator  # `aiayn translate --model DIR`: batches sorted by length
 
     assert Translator.load(marian_dir).translate(sentences) == texts
+
+
+def test_forced_eos_at_the_length_cap_equals_generate(tmp_path, sentences):
+    from aiayn.decode.beam import beam_search
+    from aiayn.decode.greedy import greedy_hypotheses
+
+    directory = build_marian(tmp_path / "forced", forced_eos=True)
+    hf = transformers.MarianMTModel.from_pretrained(directory).eval()
+    model, _, decode = load_marian(directory)
+    assert decode.forced_eos
+    _, batch = hf_batch(directory, sentences)
+    eos, pad = model.config.eos_id, model.config.pad_id
+    with torch.no_grad():
+        hf_greedy = generated(hf.generate(**batch, num_beams=1, do_sample=False), eos, pad)
+        hf_beam = generated(hf.generate(**batch), eos, pad)
+    ours_greedy = [hyps[0].tokens for hyps in greedy_hypotheses(model, batch.input_ids, decode.replace(beam_size=1))]
+    ours_beam = [hyps[0].tokens for hyps in beam_search(model, batch.input_ids, decode)]
+    assert ours_greedy == hf_greedy and ours_beam == hf_beam
+    capped = [h for h in hf_beam + hf_greedy if len(h) == MAX_LENGTH - 1]
+    assert capped and all(h[-1] == eos for h in capped)  # the cap was reached, and </s> forced there
 
 
 def test_opus_mt_en_de_shapes_count_74_410_496_parameters():

@@ -92,6 +92,7 @@ class DecodeConfig:
     extra_len: int = 50  # maximum output length = input length + extra_len (§6.1)
     max_len: int | None = None  # an absolute cap on output length as well (Marian's max_length)
     n_best: int = 1
+    forced_eos: bool = False  # at its length limit a hypothesis may only write </s> (HF's forced_eos_token_id)
     sample: bool = False  # sampling instead of search
     temperature: float = 1.0
     top_k: int = 0  # 0 = no top-k filter

@@ -21,7 +21,7 @@ from torch import Tensor
 
 from ..config import DecodeConfig
 from ..model import Transformer
-from .step import StepModel, as_step_model, output_limits
+from .step import StepModel, as_step_model, force_eos, output_limits
 
 
 class Hypothesis(NamedTuple):
@@ -82,6 +82,9 @@ def beam_search(model: Transformer | StepModel, src: Tensor, config: DecodeConfi
         log_probs, cache = model.step(last, cache)  # (B*k, V), k = 1 at t = 0, else K
         for banned in model.banned:
             log_probs[:, banned] = -math.inf
+        if config.forced_eos:  # (B*k,): each row's sentence at its limit
+            k = log_probs.size(0) // state.limits.size(0)
+            force_eos(log_probs, (t + 1 >= state.limits).repeat_interleave(k), model.eos_id)
         state, rows = _advance(state, log_probs, t, K, model.eos_id, config)
         done = _is_done(state, t, config)
         sentences = torch.arange(len(done), device=src.device) if t == 0 else None  # None: the same ones

@@ -10,7 +10,7 @@ from torch import Tensor
 from ..config import DecodeConfig
 from ..model import Transformer
 from .beam import Hypothesis, length_penalty
-from .step import StepModel, as_step_model, output_limits
+from .step import StepModel, as_step_model, force_eos, output_limits
 
 
 @torch.inference_mode()
@@ -37,12 +37,12 @@ def greedy_hypotheses(model: Transformer | StepModel, src: Tensor, config: Decod
     step = as_step_model(model)
     caps = [c for c in (config.max_len, step.max_len) if c is not None]
     limits = output_limits(src, step.pad_id, config.extra_len, min(caps) if caps else None)
-    hyps = _greedy(step, src, limits)
+    hyps = _greedy(step, src, limits, config.forced_eos)
     lp = lambda n: length_penalty(config.alpha, float(n), config.length_penalty)  # noqa: E731
     return [[Hypothesis(h.tokens, h.log_prob / lp(len(h.tokens)), h.log_prob)] for h in hyps]
 
 
-def _greedy(step: StepModel, src: Tensor, limits: Tensor) -> list[Hypothesis]:
+def _greedy(step: StepModel, src: Tensor, limits: Tensor, forced_eos: bool = False) -> list[Hypothesis]:
     """The argmax path of each sentence until </s> or its limit; finished sentences leave the batch."""
     B = src.size(0)
     cache = step.start(src)
@@ -55,6 +55,8 @@ def _greedy(step: StepModel, src: Tensor, limits: Tensor) -> list[Hypothesis]:
         log_probs, cache = step.step(tokens, cache)  # (B', V)
         for banned in step.banned:
             log_probs[:, banned] = -math.inf
+        if forced_eos:
+            force_eos(log_probs, t + 1 >= limits[alive], step.eos_id)
         best, tokens = log_probs.max(dim=1, keepdim=True)  # (B', 1)
         history[alive, t] = tokens[:, 0]
         log_prob[alive] += best[:, 0]

@@ -10,6 +10,7 @@ Dimension legend: B sentences, N = B x beams rows, S source length, V target voc
 
 from __future__ import annotations
 
+import math
 from typing import Any, Protocol
 
 import torch
@@ -98,6 +99,17 @@ class UncachedTransformerStep(TransformerStep):
 
 def as_step_model(model: Transformer | StepModel) -> StepModel:
     return TransformerStep(model) if isinstance(model, Transformer) else model
+
+
+def force_eos(log_probs: Tensor, at_limit: Tensor, eos_id: int) -> None:
+    """Rows at their last allowed position may only write </s>, at log-probability 0 (in place).
+
+    log_probs (N, V), at_limit (N,). This is Hugging Face's forced_eos_token_id, which Marian
+    checkpoints set: without it a hypothesis that reaches the cap simply ends there.
+    """
+    if at_limit.any():
+        log_probs[at_limit] = -math.inf
+        log_probs[at_limit, eos_id] = 0.0
 
 
 def output_limits(src: Tensor, pad_id: int, extra_len: int, max_len: int | None) -> Tensor:

@@ -108,8 +108,11 @@ def decode_config_from_marian(cfg: dict, generation: dict) -> DecodeConfig:
     if banned:  # aiayn's search bans <pad> and the start token only
         warnings.warn(f"generation setting bad_words_ids {sorted(banned)} is not applied by aiayn's search")
     max_length = int(get("max_length", 20))
+    # generation_config.json leaves out what is unset, so there an absent key means None, not config.json's.
+    forced = generation.get("forced_eos_token_id") if generation else cfg.get("forced_eos_token_id")
     return DecodeConfig(beam_size=int(get("num_beams", 1)), alpha=float(get("length_penalty", 1.0)),
-                        length_penalty="power", max_len=max_length - 1, extra_len=max_length)
+                        length_penalty="power", max_len=max_length - 1, extra_len=max_length,
+                        forced_eos=forced == cfg["eos_token_id"])
 
 
 def read_weights(directory: str | Path) -> dict[str, Tensor]:
