@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from aiayn.data.batching import BatchStream, collate, make_batches, shard
+from aiayn.data.batching import BatchStream, collate, make_batches
 from aiayn.data.corpus import encode_pairs, find_file, read_lines, read_parallel
 
 
@@ -80,12 +80,6 @@ def test_batching_is_deterministic_by_seed_and_epoch():
 def test_a_pair_longer_than_the_budget_is_an_error():
     with pytest.raises(ValueError, match="more than batch_tokens"):
         make_batches([10, 100], [10, 10], 50, seed=0, epoch=1)
-
-
-def test_shards_split_a_batch_between_ranks():
-    batch = list(range(11))
-    parts = [shard(batch, r, 3) for r in range(3)]
-    assert sorted(sum(parts, [])) == batch and [len(p) for p in parts] == [4, 4, 3]
 
 
 def test_stream_resumes_at_its_saved_position():

@@ -45,11 +45,6 @@ def make_batches(src_lens: list[int], tgt_lens: list[int], batch_tokens: int, se
     return batches
 
 
-def shard(batch: list[int], rank: int, world_size: int) -> list[int]:
-    """This rank's share of a batch: every world_size-th sentence (the batch is sorted by length)."""
-    return batch[rank::world_size]
-
-
 def collate(src: list[list[int]], tgt: list[list[int]], pad_id: int, bos_id: int) -> Batch:
     """Pad a list of pairs (ids ending in </s>) into tensors; the decoder input starts with <s>."""
     B, S, T = len(src), max(map(len, src)), max(map(len, tgt))

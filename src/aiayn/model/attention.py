@@ -25,10 +25,6 @@ class KeyValue(NamedTuple):
         """Rows of the batch, e.g. to reorder beams or drop finished sentences."""
         return KeyValue(self.k.index_select(0, index), self.v.index_select(0, index))
 
-    def extend(self, new: KeyValue) -> KeyValue:
-        """Append the keys and values of new positions (incremental decoding)."""
-        return KeyValue(torch.cat([self.k, new.k], dim=2), torch.cat([self.v, new.v], dim=2))
-
 
 class KVCache:
     """A decoder layer's self-attention keys and values of the positions so far, written in place.
