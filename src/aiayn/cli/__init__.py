@@ -19,7 +19,9 @@ COMMANDS = {
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="aiayn", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="aiayn", description="The Transformer of \"Attention Is All You Need\": train, translate, evaluate, convert."
+    )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, (module, help_text) in COMMANDS.items():
         sub_parser = sub.add_parser(name, help=help_text, description=help_text)
