@@ -8,18 +8,70 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_model as _load_weights
 from safetensors.torch import save_model as _save_weights
+from torch import Tensor
 
 from . import __version__
 from .config import ModelConfig
 from .model import Transformer
 
 CONFIG, WEIGHTS, VOCAB = "config.json", "model.safetensors", "spm.model"
+DTYPES = {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
+          "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8, "U8": torch.uint8,
+          "BOOL": torch.bool}
+
+
+def read_safetensors(path: str | Path, column_major: bool = False, chunk_bytes: int = 8 << 20) -> dict[str, Tensor]:
+    """The tensors of a safetensors file, read into memory once (not memory-mapped).
+
+    column_major=True stores every matrix transposed, `t.t().contiguous().t()`: the same shape and
+    values, the layout in which decoding's few-row products run fastest on a CPU (aiayn.decode.layout).
+    Such a matrix is read chunk_bytes at a time straight into its place, so loading never holds a
+    second copy of the weights, and no file pages are counted as the process's memory afterwards.
+    Aliases that safetensors dropped when saving (shared tensors) come back as the same tensor.
+    """
+    path = Path(path)
+    with open(path, "rb") as f:
+        try:
+            size = int.from_bytes(f.read(8), "little")
+            header = json.loads(f.read(size))
+        except (ValueError, UnicodeDecodeError) as err:
+            raise ValueError(f"{path}: not a safetensors file ({err})") from None
+        metadata = header.pop("__metadata__", None) or {}
+        tensors = {}
+        for name, info in sorted(header.items(), key=lambda item: item[1]["data_offsets"][0]):
+            if info["dtype"] not in DTYPES:
+                raise ValueError(f"{path}: tensor {name} has dtype {info['dtype']}, which aiayn does not read")
+            f.seek(8 + size + info["data_offsets"][0])
+            tensors[name] = _read_tensor(f, DTYPES[info["dtype"]], info["shape"], column_major, chunk_bytes, f"{path}: {name}")
+    for alias, name in metadata.items():  # safetensors' save_model records each dropped alias this way
+        if alias not in tensors and name in tensors:
+            tensors[alias] = tensors[name]
+    return tensors
+
+
+def _read_tensor(f, dtype: torch.dtype, shape: list[int], column_major: bool, chunk_bytes: int, where: str) -> Tensor:
+    """The tensor at f's position: read as stored, or (a matrix, column_major) rows at a time into its transpose."""
+    def read(n: int) -> Tensor:  # the next n elements
+        buffer = bytearray(n * dtype.itemsize)
+        if n and f.readinto(buffer) != len(buffer):
+            raise ValueError(f"{where}: the file ends before this tensor does (truncated?)")
+        return torch.frombuffer(buffer, dtype=dtype) if n else torch.empty(0, dtype=dtype)
+
+    if not (column_major and len(shape) == 2):
+        return read(math.prod(shape)).view(shape)
+    rows, cols = shape
+    out = torch.empty(cols, rows, dtype=dtype).t()  # (rows, cols), column-major
+    step = max(1, chunk_bytes // max(1, cols * dtype.itemsize))
+    for start in range(0, rows, step):
+        n = min(step, rows - start)
+        out[start : start + n] = read(n * cols).view(n, cols)
+    return out
 
 
 def write_atomic(path: Path, data: bytes) -> None:
@@ -62,15 +114,32 @@ def is_aiayn_model(directory: str | Path) -> bool:
         return False
 
 
-def load_model(directory: str | Path, device: str | torch.device = "cpu") -> Transformer:
-    """The Transformer saved in directory, in eval mode."""
+def load_model(directory: str | Path, device: str | torch.device = "cpu", column_major: bool = False) -> Transformer:
+    """The Transformer saved in directory, in eval mode; column_major: see `read_safetensors`."""
     directory = Path(directory)
     meta = read_config(directory)
     if meta.get("format") != "aiayn":
         raise ValueError(f"{directory / CONFIG}: not an aiayn model (format {meta.get('format')!r})")
-    model = Transformer(ModelConfig.from_dict(meta["model"]))
+    config = ModelConfig.from_dict(meta["model"])
     weights = directory / WEIGHTS
     if not weights.is_file():
         raise FileNotFoundError(f"{directory}: no {WEIGHTS}")
-    _load_weights(model, str(weights), device=str(device))
-    return model.to(device).eval()
+    state = read_safetensors(weights, column_major)
+    with torch.device("meta"):  # names and shapes only
+        skeleton = Transformer(config)
+    expected = skeleton.state_dict()
+    shared: dict[int, list[str]] = {}  # a tied tensor is saved under one of its names
+    for name, param in skeleton.named_parameters(remove_duplicate=False):
+        shared.setdefault(id(param), []).append(name)
+    for names in shared.values():
+        present = [n for n in names if n in state]
+        for name in names:
+            if present and name not in state:
+                state[name] = state[present[0]]
+    missing, unexpected = sorted(set(expected) - set(state)), sorted(set(state) - set(expected))
+    if missing or unexpected:
+        raise ValueError(f"{weights}: the weights do not fit config.json (missing {missing[:5]}, unexpected {unexpected[:5]})")
+    for name, tensor in state.items():
+        if tensor.shape != expected[name].shape:
+            raise ValueError(f"{weights}: {name} has shape {tuple(tensor.shape)}, config.json gives {tuple(expected[name].shape)}")
+    return Transformer.from_state_dict(config, state).to(device).eval()

@@ -16,6 +16,7 @@ import torch
 from torch import Tensor
 
 from ..config import DecodeConfig, ModelConfig
+from ..io import read_safetensors
 from ..model import Transformer, sinusoid_table
 from .tokenizer import VOCAB, MarianTokenizer, read_json
 
@@ -115,16 +116,18 @@ def decode_config_from_marian(cfg: dict, generation: dict) -> DecodeConfig:
                         forced_eos=forced == cfg["eos_token_id"])
 
 
-def read_weights(directory: str | Path) -> dict[str, Tensor]:
-    """model.safetensors (also sharded), else pytorch_model.bin loaded with weights_only (no pickled code)."""
-    from safetensors.torch import load_file
+def read_weights(directory: str | Path, column_major: bool = False) -> dict[str, Tensor]:
+    """model.safetensors (also sharded), else pytorch_model.bin loaded with weights_only (no pickled code).
 
+    column_major: matrices stored transposed, for decoding (see aiayn.io.read_safetensors; .bin files
+    are read as they are).
+    """
     directory = Path(directory)
     if (directory / SAFETENSORS).is_file():
-        return load_file(directory / SAFETENSORS)
+        return read_safetensors(directory / SAFETENSORS, column_major)
     if (directory / SAFETENSORS_INDEX).is_file():
         files = sorted(set(read_json(directory / SAFETENSORS_INDEX)["weight_map"].values()))
-        return {k: v for f in files for k, v in load_file(directory / f).items()}
+        return {k: v for f in files for k, v in read_safetensors(directory / f, column_major).items()}
     if (directory / TORCH_BIN).is_file():
         try:
             weights = torch.load(directory / TORCH_BIN, map_location="cpu", weights_only=True)
@@ -194,18 +197,29 @@ def _check_shapes(state: dict[str, Tensor | None], expected: dict[str, Tensor], 
                              f"{tuple(expected[name].shape)} ({what} does not match the weights)")
 
 
-def load_marian(directory: str | Path, device: str | torch.device = "cpu") -> tuple[Transformer, MarianTokenizer, DecodeConfig]:
+def load_marian(
+    directory: str | Path, device: str | torch.device = "cpu", column_major: bool = False
+) -> tuple[Transformer, MarianTokenizer, DecodeConfig]:
     """A Hugging Face Marian directory as (aiayn Transformer in eval mode, tokenizer, generation defaults)."""
     directory = Path(directory)
     cfg = read_marian_config(directory)
     tokenizer = MarianTokenizer.load(directory)
-    config = model_config_from_marian(cfg, unk_id=tokenizer.unk_id)
-    _check_vocab(tokenizer, config, directory)
+    _check_vocab(tokenizer, model_config_from_marian(cfg, unk_id=tokenizer.unk_id), directory)
+    model = load_marian_model(directory, device, tokenizer.unk_id, column_major)
+    generation = read_json(directory / GENERATION_CONFIG) if (directory / GENERATION_CONFIG).is_file() else {}
+    return model, tokenizer, decode_config_from_marian(cfg, generation)
+
+
+def load_marian_model(
+    directory: str | Path, device: str | torch.device = "cpu", unk_id: int = 1, column_major: bool = False
+) -> Transformer:
+    """The model of a Marian directory alone (no tokenizer needed), in eval mode; unk_id: the tokenizer's."""
+    config = model_config_from_marian(read_marian_config(directory), unk_id=unk_id)
     with torch.device("meta"):  # names and shapes only: the checkpoint's tensors become the weights
         skeleton = Transformer(config)
-    model = Transformer.from_state_dict(config, state_dict_from_marian(read_weights(directory), skeleton, str(directory)))
-    generation = read_json(directory / GENERATION_CONFIG) if (directory / GENERATION_CONFIG).is_file() else {}
-    return model.to(device).eval(), tokenizer, decode_config_from_marian(cfg, generation)
+    weights = read_weights(directory, column_major)
+    model = Transformer.from_state_dict(config, state_dict_from_marian(weights, skeleton, str(directory)))
+    return model.to(device).eval()
 
 
 def _check_vocab(tokenizer: MarianTokenizer, config: ModelConfig, directory: Path) -> None:

@@ -16,8 +16,9 @@ def sinusoid_table(max_len: int, d_model: int, layout: str = "interleaved") -> T
     layout "interleaved" is the paper's (sin and cos of one frequency side by side); "halves" puts
     all sines first and all cosines after, as Marian and tensor2tensor lay them out.
     """
-    pos = torch.arange(max_len, dtype=torch.float64)[:, None]  # (L, 1)
-    two_i = torch.arange(0, d_model, 2, dtype=torch.float64)  # (D/2,)
+    # Computed on the CPU even while a model is built on the meta device (see TokenEmbedding).
+    pos = torch.arange(max_len, dtype=torch.float64, device="cpu")[:, None]  # (L, 1)
+    two_i = torch.arange(0, d_model, 2, dtype=torch.float64, device="cpu")  # (D/2,)
     angle = pos / 10000 ** (two_i / d_model)  # (L, D/2); wavelength of pair i is 2*pi*10000^(2i/D)
     if layout == "interleaved":
         table = torch.stack([angle.sin(), angle.cos()], dim=-1).flatten(1)  # (L, D)
@@ -32,11 +33,16 @@ class TokenEmbedding(nn.Embedding):
     """A learned table of d_model-wide rows, multiplied by sqrt(d_model) (§3.4)."""
 
     def __init__(self, vocab_size: int, config: ModelConfig):
-        super().__init__(vocab_size, config.d_model, padding_idx=config.pad_id)
+        # On the meta device (a skeleton that saved tensors will fill) nothing is initialised: random
+        # initialisers there run Python kernels that import ~70 MiB of compiler modules (torch._dynamo).
+        skeleton = torch.get_default_device().type == "meta"
+        shape = (vocab_size, config.d_model)
+        super().__init__(*shape, padding_idx=config.pad_id, _weight=torch.empty(shape) if skeleton else None)
         self.scale = math.sqrt(config.d_model) if config.scale_embedding else 1.0
-        nn.init.normal_(self.weight, std=config.d_model**-0.5)  # scaled rows have unit variance
-        with torch.no_grad():
-            self.weight[config.pad_id].zero_()
+        if not skeleton:
+            nn.init.normal_(self.weight, std=config.d_model**-0.5)  # scaled rows have unit variance
+            with torch.no_grad():
+                self.weight[config.pad_id].zero_()
 
     def forward(self, ids: Tensor) -> Tensor:
         return super().forward(ids) * self.scale  # (B, T) -> (B, T, D)
@@ -52,7 +58,7 @@ class Positions(nn.Module):
             self.table = nn.Parameter(torch.randn(config.max_len, config.d_model) * config.d_model**-0.5)
         else:  # a fixed buffer, not saved: it is a function of the config
             table = sinusoid_table(config.max_len, config.d_model, config.sinusoid_layout)
-            self.register_buffer("table", table, persistent=False)
+            self.register_buffer("table", table.to(torch.get_default_device()), persistent=False)
 
     def forward(self, length: int, offset: int = 0) -> Tensor:
         """Encodings of positions offset .. offset+length-1: (length, D)."""
