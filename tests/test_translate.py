@@ -76,6 +76,20 @@ def test_translator_api(model_dir):
         [translator.translate_n_best([line], beam_size=1)[0] for line in LINES])]
 
 
+def test_loaded_translator_is_laid_out_for_decoding_and_translates_the_same(model_dir):
+    """Translator.load reads matrices column-major (aiayn.decode.layout); the translations do not change."""
+    from aiayn.decode.layout import is_column_major
+    from aiayn.io import load_model
+
+    loaded = Translator.load(model_dir, beam_size=3)
+    assert all(is_column_major(p) for p in loaded.model.parameters() if p.dim() == 2)
+    assert loaded.model.logits_bias is not None  # not all zeros here: kept
+    plain = Translator(load_model(model_dir), loaded.tokenizer, DecodeConfig(beam_size=3))
+    assert plain.model.decoder.embed.weight.is_contiguous()
+    assert loaded.translate(LINES) == plain.translate(LINES)
+    assert loaded.translate(LINES, beam_size=1) == plain.translate(LINES, beam_size=1)
+
+
 def test_too_long_sentence_is_named_or_truncated(model_dir):
     translator = Translator.load(model_dir)
     long_line = "word " * 200

@@ -18,6 +18,7 @@ from ..config import DecodeConfig
 from ..model import Transformer
 from .beam import Hypothesis, beam_search
 from .greedy import greedy_hypotheses
+from .layout import for_decoding
 from .sampling import sample
 
 
@@ -60,12 +61,15 @@ class Translator:
         """An aiayn model directory, or a Hugging Face Marian one; options override its decoding defaults."""
         from ..marian import load_any
 
-        model, tokenizer, defaults = load_any(path, device)
+        on_cpu = torch.device(device).type == "cpu"
+        model, tokenizer, defaults = load_any(path, device, column_major=on_cpu and not int8)
         defaults = defaults or DecodeConfig()
         if int8:
             from .quantize import quantize_int8
 
             model = quantize_int8(model)
+        else:
+            for_decoding(model)  # the model is this translator's own: lay it out for decoding
         search = {k: v for k, v in options.items() if k in DecodeConfig.__dataclass_fields__ and v is not None}
         batching = {k: v for k, v in options.items() if k not in search and v is not None}
         return cls(model, tokenizer, defaults.replace(**search), device, **batching)

@@ -1,0 +1,105 @@
+"""Weights read and laid out for decoding: aiayn.io.read_safetensors and aiayn.decode.layout."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+import torch
+from safetensors.torch import save_file
+
+from aiayn.config import DecodeConfig, ModelConfig
+from aiayn.decode.beam import beam_search
+from aiayn.decode.layout import for_decoding, is_column_major
+from aiayn.io import load_model, read_safetensors, save_model
+from aiayn.model import Transformer
+
+
+def sample_tensors() -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(0)
+    return {
+        "matrix": torch.randn(37, 11, generator=g),
+        "vector": torch.randn(5, generator=g),
+        "half": torch.randn(3, 4, generator=g).half(),
+        "ints": torch.arange(6).view(2, 3),
+        "cube": torch.randn(2, 3, 4, generator=g),
+        "empty": torch.empty(0, 4),
+    }
+
+
+@pytest.mark.parametrize("column_major", [False, True])
+def test_read_safetensors_equals_what_was_saved(tmp_path, column_major):
+    tensors = sample_tensors()
+    save_file(tensors, tmp_path / "w.safetensors")
+    # 64-byte chunks: a 37 x 11 float matrix is written in 37 pieces of one row each
+    read = read_safetensors(tmp_path / "w.safetensors", column_major=column_major, chunk_bytes=64)
+    assert sorted(read) == sorted(tensors)
+    for name, tensor in tensors.items():
+        assert read[name].dtype == tensor.dtype and read[name].shape == tensor.shape
+        assert torch.equal(read[name], tensor), name
+        if tensor.dim() == 2 and tensor.numel():
+            assert is_column_major(read[name]) == column_major and read[name].is_contiguous() != column_major
+
+
+def test_read_safetensors_errors_name_the_file_and_tensor(tmp_path):
+    save_file({"a": torch.zeros(4), "b": torch.ones(100, 3)}, tmp_path / "w.safetensors")
+    data = (tmp_path / "w.safetensors").read_bytes()
+    (tmp_path / "cut.safetensors").write_bytes(data[:-10])
+    with pytest.raises(ValueError, match=r"cut\.safetensors: b: the file ends before this tensor"):
+        read_safetensors(tmp_path / "cut.safetensors", column_major=True)
+    (tmp_path / "junk.safetensors").write_bytes(b"\x05\x00\x00\x00\x00\x00\x00\x00{junk")
+    with pytest.raises(ValueError, match=r"junk\.safetensors: not a safetensors file"):
+        read_safetensors(tmp_path / "junk.safetensors")
+
+
+def test_a_shared_embedding_comes_back_as_one_tensor(tmp_path):
+    """safetensors saves a tied tensor once; reading gives every name the same tensor again."""
+    model = Transformer(ModelConfig.preset("tiny", vocab_size=50))
+    save_model(model, tmp_path)
+    read = read_safetensors(tmp_path / "model.safetensors", column_major=True)
+    assert read["encoder.embed.weight"] is read["decoder.embed.weight"]
+    loaded = load_model(tmp_path, column_major=True)
+    assert loaded.encoder.embed is loaded.decoder.embed and is_column_major(loaded.decoder.embed.weight)
+    for name, tensor in model.state_dict().items():
+        assert torch.equal(loaded.state_dict()[name], tensor), name
+
+
+def test_for_decoding_changes_strides_not_results():
+    torch.manual_seed(0)
+    config = ModelConfig.preset("tiny", vocab_size=60, final_logits_bias=True)  # an all-zero bias, as Marian's
+    model = Transformer(config).eval()
+    src, tgt = torch.randint(4, 60, (3, 9)), torch.randint(4, 60, (3, 7))
+    src[0, 6:] = config.pad_id
+    with torch.no_grad():
+        reference = model(src, tgt)
+    decode = DecodeConfig(beam_size=3, extra_len=8)
+    hypotheses = beam_search(model, src, decode)
+    for_decoding(model)
+    assert model.logits_bias is None  # all zeros: dropped
+    matrices = [p for p in model.parameters() if p.dim() == 2]
+    assert len(matrices) == 1 + 6 * config.n_layers + 10 * config.decoder_layers  # embedding, encoder, decoder
+    assert all(is_column_major(p) for p in matrices)
+    with torch.no_grad():
+        assert (model(src, tgt) - reference).abs().max() < 1e-5
+    again = beam_search(model, src, decode)  # the same hypotheses; scores within float rounding
+    assert [[h.tokens for h in hyps] for hyps in again] == [[h.tokens for h in hyps] for hyps in hypotheses]
+    for hyps, ref in zip(again, hypotheses):
+        assert all(abs(h.score - r.score) < 1e-4 for h, r in zip(hyps, ref))
+
+
+def test_for_decoding_keeps_a_real_logits_bias():
+    model = Transformer(ModelConfig.preset("tiny", vocab_size=60, final_logits_bias=True))
+    with torch.no_grad():
+        model.logits_bias[5] = 2.0
+    assert torch.equal(for_decoding(model).logits_bias[5], torch.tensor(2.0))
+
+
+def test_a_skeleton_model_imports_no_compiler():
+    """A model built on the meta device to receive saved weights (every load) runs no initialiser:
+    on meta tensors those import torch._dynamo and sympy, about 70 MiB more for a translator."""
+    code = ("import sys, torch\nfrom aiayn import ModelConfig, Transformer\n"
+            "with torch.device('meta'):\n    Transformer(ModelConfig.preset('tiny', vocab_size=50))\n"
+            "print(sorted(m for m in ('torch._dynamo', 'sympy') if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"
