@@ -127,21 +127,18 @@ def run_aiayn(work: Path, beam: int, batch_size: int, sources: list[list[int]], 
     from aiayn.config import DecodeConfig
     from aiayn.decode.beam import beam_search
     from aiayn.decode.greedy import greedy_hypotheses
+    from aiayn.decode.layout import for_decoding
     from aiayn.decode.step import TransformerStep
-    from aiayn.marian.load import model_config_from_marian, read_marian_config, state_dict_from_marian
-    from aiayn.model import Transformer
-    from safetensors.torch import load_file
+    from aiayn.marian.load import load_marian_model
 
-    # load_marian without a tokenizer (there is none here): the weights, memory-mapped, used in place
-    config = model_config_from_marian(read_marian_config(work / "marian"), unk_id=UNK)
-    with torch.device("meta"):  # names and shapes only
-        shapes = Transformer(config)
-    state = state_dict_from_marian(load_file(work / "marian" / "model.safetensors"), shapes)
-    model = Transformer.from_state_dict(config, state).eval()
+    # what Translator.load does, without a tokenizer (there is none here)
+    model = load_marian_model(work / "marian", unk_id=UNK, column_major=not int8)
     if int8:
         from aiayn.decode.quantize import quantize_int8
 
         model = quantize_int8(model)
+    else:
+        for_decoding(model)
 
     class NoEos(TransformerStep):  # as HF's min_new_tokens and CTranslate2's min_decoding_length
         def step(self, tokens, cache):
@@ -208,7 +205,7 @@ def measure(work: Path, engine: str, job: str, sentences: int) -> dict:
     return result
 
 
-OMP_WAIT_POLICY = "PASSIVE"
+OMP_WAIT_POLICY: str | None = None  # set from --omp-wait-policy
 
 
 def table(results: dict, jobs: list[str], engines: list[str]) -> str:
@@ -247,8 +244,9 @@ def main() -> None:
     parser.add_argument("--jobs", nargs="+", default=list(JOBS), choices=list(JOBS))
     parser.add_argument("--engines", nargs="+", default=ENGINES, choices=ENGINES)
     parser.add_argument("--quick", action="store_true", help="one round of beam4-b32 on 64 sentences")
-    parser.add_argument("--omp-wait-policy", default="PASSIVE", choices=["PASSIVE", "ACTIVE", "default"],
-                        help="OMP_WAIT_POLICY for every engine (default PASSIVE: robust when cores are shared)")
+    parser.add_argument("--omp-wait-policy", default="default", choices=["PASSIVE", "ACTIVE", "default"],
+                        help="OMP_WAIT_POLICY for every engine (default: unset, as PEERS.md measured; PASSIVE is "
+                             "steadier when other jobs share the cores, but slows every engine's small steps)")
     parser.add_argument("--worker", choices=ENGINES, help=argparse.SUPPRESS)
     parser.add_argument("--job", choices=list(JOBS), help=argparse.SUPPRESS)
     args = parser.parse_args()
