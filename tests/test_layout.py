@@ -103,3 +103,22 @@ def test_a_skeleton_model_imports_no_compiler():
             "print(sorted(m for m in ('torch._dynamo', 'sympy') if m in sys.modules))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]"
+
+
+def test_encoding_by_length_equals_the_padded_batch():
+    """TransformerStep encodes an unsorted batch in groups of similar length: the same encodings."""
+    from aiayn.decode.step import TransformerStep
+
+    torch.manual_seed(0)
+    config = ModelConfig.preset("tiny", vocab_size=60)
+    model = Transformer(config).eval()
+    lengths = torch.tensor([3, 12, 5, 9, 2, 12, 7, 4, 6, 11])
+    src = torch.randint(4, 60, (10, 12))
+    src[torch.arange(12)[None, :] >= lengths[:, None]] = config.pad_id
+    with torch.no_grad():
+        padded, mask = model.encode(src)
+        grouped, grouped_mask = TransformerStep(model).encode_by_length(src)
+    real = mask[:, 0, 0, :, None]  # (B, S, 1)
+    assert torch.equal(grouped_mask, mask)
+    assert ((grouped - padded) * real).abs().max() < 1e-5
+    assert not grouped[lengths < 6, 11].any()  # the shortest group was cut to 5 positions
