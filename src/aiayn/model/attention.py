@@ -29,19 +29,30 @@ class KeyValue(NamedTuple):
 class KVCache:
     """A decoder layer's self-attention keys and values of the positions so far, written in place.
 
-    k and v are time-major, (capacity, N, h, d_k), so positions 0..t-1 form one contiguous block:
-    appending writes one slab. They are views into the decoding state's one buffer for all layers
-    (`DecoderState.cache`), which makes room before each step and reorders every layer in one copy.
+    The buffers are time-major, (capacity, N, h, d_k), so positions 0..t-1 form one contiguous
+    block: appending writes one slab and reordering hypotheses copies only the filled block. The
+    capacity doubles when full; on a CPU, pages past t are never touched.
     """
 
     def __init__(self, k: Tensor, v: Tensor, length: int = 0):
         self.k, self.v, self.length = k, v, length  # (capacity, N, h, d_k) each
 
+    @classmethod
+    def empty(cls, like: Tensor, rows: int, capacity: int) -> KVCache:
+        """A cache for rows hypotheses; like (N, h, T, d_k) gives the head sizes, dtype and device."""
+        shape = (capacity, rows, like.size(1), like.size(3))
+        return cls(like.new_empty(shape), like.new_empty(shape))
+
     def append(self, new: KeyValue) -> KeyValue:
         """Write new (N, h, T, d_k) after the cached positions; return all of them, (N, h, t, d_k) views."""
         start, end = self.length, self.length + new.k.size(2)
-        if end > self.k.size(0):
-            raise RuntimeError(f"KV cache holds {self.k.size(0)} positions, {end} needed (DecoderState.reserve first)")
+        if end > self.k.size(0):  # grow by doubling (a GPU commits all it allocates)
+            capacity = max(end, 2 * self.k.size(0))
+            for name in ("k", "v"):
+                old = getattr(self, name)
+                grown = old.new_empty((capacity, *old.shape[1:]))
+                grown[:start] = old[:start]
+                setattr(self, name, grown)
         self.k[start:end] = new.k.permute(2, 0, 1, 3)
         self.v[start:end] = new.v.permute(2, 0, 1, 3)
         self.length = end

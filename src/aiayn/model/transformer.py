@@ -37,42 +37,30 @@ class DecoderState:
     """What incremental decoding carries from one step to the next; decode_step fills it in place.
 
     Its rows are hypotheses. With beam search, rows b*K .. b*K+K-1 are the K beams of sentence b,
-    and they all read that sentence's one copy of the encoder keys/values. The self-attention keys
-    and values of every layer live in one time-major buffer, so reordering beams is one copy.
+    and they all read that sentence's one copy of the encoder keys/values.
     """
 
     src_mask: Tensor  # (B, 1, 1, S), True = may attend
     memory_kv: list[KeyValue]  # per decoder layer, encoder keys/values (B, h, S, d_k), computed once
-    cache: Tensor | None = None  # (2 x layers, capacity, B*K, h, d_k): layer i's keys at 2i, values at 2i+1
-    length: int = 0  # target positions decoded so far (filled in cache)
-    spare: Tensor | None = None  # a free buffer shaped like cache, reused by index_select
+    self_kv: list[KVCache] = field(default_factory=list)  # per layer, t positions of (B*K, h, d_k)
+    spare: Tensor | None = None  # a free buffer shaped like the caches', reused by index_select
+
+    @property
+    def length(self) -> int:
+        """Target positions decoded so far."""
+        return self.self_kv[0].length if self.self_kv else 0
 
     @property
     def rows(self) -> int:
         """Hypotheses (B*K)."""
-        return self.cache.size(2) if self.cache is not None else self.src_mask.size(0)
-
-    def layer_caches(self) -> list[KVCache]:
-        """Each layer's keys and values: views into cache."""
-        assert self.cache is not None
-        return [KVCache(self.cache[2 * i], self.cache[2 * i + 1], self.length) for i in range(self.cache.size(0) // 2)]
-
-    def reserve(self, positions: int) -> None:
-        """Room for `positions` more: the buffer doubles when full (on a CPU, pages past t are never touched)."""
-        assert self.cache is not None
-        needed = self.length + positions
-        if needed > self.cache.size(1):
-            capacity = max(needed, 2 * self.cache.size(1))
-            grown = self.cache.new_empty((self.cache.size(0), capacity, *self.cache.shape[2:]))
-            grown[:, : self.length] = self.cache[:, : self.length]
-            self.cache, self.spare = grown, None
+        return self.self_kv[0].k.size(1) if self.self_kv else self.src_mask.size(0)
 
     def index_select(self, index: Tensor, sentences: Tensor | None = None) -> DecoderState:
         """Keep or reorder rows (beam reordering, dropping finished sentences); this state is used up.
 
         index (N',) picks the hypotheses. The encoder side follows index while there is one hypothesis
         per sentence; with beams, `sentences` (B',) picks the sentences kept (None: all, unchanged).
-        The cache of all layers is copied once, into the spare buffer, whose place the old one takes.
+        Each cache is copied once, into the spare buffer, whose place the old buffer then takes.
         """
         if sentences is None and self.rows == self.src_mask.size(0):
             sentences = index
@@ -80,14 +68,16 @@ class DecoderState:
         if sentences is not None:
             memory_kv = [kv.index_select(sentences) for kv in memory_kv]
             src_mask = src_mask.index_select(0, sentences)
-        cache, spare, t = self.cache, self.spare, self.length
-        if cache is not None:
-            shape = (cache.size(0), cache.size(1), len(index), *cache.shape[3:])
+        t, spare, buffers = self.length, self.spare, []
+        for buffer in (b for cache in self.self_kv for b in (cache.k, cache.v)):
+            shape = (buffer.size(0), len(index), *buffer.shape[2:])
             if spare is None or spare.shape != shape:
-                spare = cache.new_empty(shape)
-            torch.index_select(cache[:, :t], 2, index, out=spare[:, :t])  # (2L, t, N', h, d_k)
-            cache, spare = spare, (cache if cache.shape == shape else None)
-        return DecoderState(src_mask, memory_kv, cache, t, spare)
+                spare = buffer.new_empty(shape)
+            torch.index_select(buffer[:t], 1, index, out=spare[:t])  # (t, N', h, d_k)
+            buffers.append(spare)
+            spare = buffer if buffer.shape == shape else None
+        caches = [KVCache(k, v, t) for k, v in zip(buffers[::2], buffers[1::2])]
+        return DecoderState(src_mask, memory_kv, caches, spare)
 
 
 class Encoder(nn.Module):
@@ -130,9 +120,9 @@ class Decoder(nn.Module):
         y = self.dropout(self.embed(tgt) + self.positions(T, offset))
         # A single new position may read every cached one; only a block of T > 1 needs the triangle.
         self_mask = causal_mask(T, offset + T, tgt.device) if T > 1 else None
-        caches = state.layer_caches() if state.cache is not None else [None] * len(self.layers)
         new_kv = []
-        for i, (layer, cache) in enumerate(zip(self.layers, caches)):
+        for i, layer in enumerate(self.layers):
+            cache = state.self_kv[i] if state.self_kv else None
             y, kv, (w_self, w_cross) = layer(
                 y, state.memory_kv[i], self_mask, state.src_mask, cache, need_weights=weights is not None
             )
@@ -140,8 +130,6 @@ class Decoder(nn.Module):
             if weights is not None:
                 weights.decoder.append(w_self)
                 weights.cross.append(w_cross)
-        if state.cache is not None:
-            state.length += T
         return y, new_kv
 
 
@@ -227,11 +215,10 @@ class Transformer(nn.Module):
 
     def decode_step(self, tokens: Tensor, state: DecoderState, out: Tensor | None = None) -> tuple[Tensor, DecoderState]:
         """Incremental decoding: the newest tokens (B, 1) -> logits (B, V) (into out if given) and the state."""
-        if state.cache is None:  # the first step makes the cache; it grows as needed
-            like, capacity = state.memory_kv[0].k, min(64, self.config.max_len)  # like: (B, h, S, d_k)
-            shape = (2 * len(self.decoder.layers), capacity, tokens.size(0), like.size(1), like.size(3))
-            state.cache = like.new_empty(shape)
-        state.reserve(tokens.size(1))
+        if not state.self_kv:  # the first step makes the caches; they grow as needed
+            like, capacity = state.memory_kv[0].k, min(64, self.config.max_len)
+            caches = [KVCache.empty(like, tokens.size(0), capacity) for _ in self.decoder.layers]
+            state = DecoderState(state.src_mask, state.memory_kv, caches)
         hidden, _ = self.decoder(tokens, state)
         return self.project(hidden[:, -1], out), state
 
