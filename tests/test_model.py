@@ -162,6 +162,27 @@ def test_incremental_decoding_equals_teacher_forcing(overrides):
     assert (torch.stack(steps, 1) - full).abs().max().item() <= 1e-5
 
 
+def test_incremental_decoding_past_the_first_cache_and_after_reordering():
+    """The cache starts with 64 positions and doubles; reordering rows moves every layer's history."""
+    torch.manual_seed(0)
+    model = Transformer(ModelConfig.preset("tiny", vocab_size=30, max_len=160)).eval()
+    src, tgt = torch.randint(4, 30, (3, 8)), torch.randint(4, 30, (3, 150))
+    order = torch.tensor([2, 0, 0])  # rows swapped and one repeated, halfway through
+    with torch.no_grad():
+        full = model(src, tgt)
+        reordered = model(src[order], tgt[order])
+        state = model.start_state(*model.encode(src))
+        steps = []
+        for t in range(tgt.size(1)):
+            if t == 75:
+                state, steps = state.index_select(order), [s[order] for s in steps]
+            logits, state = model.decode_step(tgt[:, t : t + 1] if t < 75 else tgt[order, t : t + 1], state)
+            steps.append(logits)
+    assert state.self_kv[0].k.size(0) == 256 and state.length == 150
+    assert (torch.stack(steps, 1) - reordered).abs().max().item() <= 1e-5
+    assert (reordered[1:] - full[[0, 0]]).abs().max().item() <= 1e-5
+
+
 def test_info_command_prints_the_counts(capsys):
     from aiayn.cli import main
 
