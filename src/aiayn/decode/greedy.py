@@ -10,7 +10,7 @@ from torch import Tensor
 from ..config import DecodeConfig
 from ..model import Transformer
 from .beam import Hypothesis, length_penalty, top_k
-from .step import StepModel, as_step_model, force_eos, output_limits
+from .step import StepModel, as_step_model, drop_ended, force_eos, output_limits
 
 
 @torch.inference_mode()
@@ -63,8 +63,8 @@ def _greedy(step: StepModel, src: Tensor, limits: Tensor, forced_eos: bool = Fal
         length[alive] = t + 1
         ended = (tokens[:, 0] == step.eos_id) | (t + 1 >= limits[alive])
         if ended.any():
-            keep = (~ended).nonzero()[:, 0]
-            if keep.numel() == 0:
+            rest = drop_ended(ended, alive, tokens, cache)
+            if rest is None:
                 break
-            alive, tokens, cache = alive[keep], tokens[keep], cache.index_select(keep)
+            alive, tokens, cache = rest
     return [Hypothesis(history[i, : int(length[i])].tolist(), float(log_prob[i]), float(log_prob[i])) for i in range(B)]

@@ -14,7 +14,7 @@ from torch import Tensor
 from ..config import DecodeConfig
 from ..model import Transformer
 from .beam import Hypothesis, length_penalty
-from .step import StepModel, as_step_model, output_limits
+from .step import StepModel, as_step_model, drop_ended, output_limits
 
 
 def filter_log_probs(log_probs: Tensor, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0) -> Tensor:
@@ -60,9 +60,9 @@ def sample(
             log_prob[b] += chosen[row]
         ended = (tokens[:, 0] == step.eos_id) | (t + 1 >= limits[alive])
         if ended.any():
-            keep = (~ended).nonzero()[:, 0]
-            if keep.numel() == 0:
+            rest = drop_ended(ended, alive, tokens, cache)
+            if rest is None:
                 break
-            alive, tokens, cache = alive[keep], tokens[keep], cache.index_select(keep)
+            alive, tokens, cache = rest
     lp = [length_penalty(config.alpha, float(len(o)), config.length_penalty) for o in out]
     return [[Hypothesis(o, lp_sum / p, lp_sum)] for o, lp_sum, p in zip(out, log_prob, lp)]

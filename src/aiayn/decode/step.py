@@ -138,3 +138,15 @@ def output_limits(src: Tensor, pad_id: int, extra_len: int, max_len: int | None)
     """Longest output per sentence, </s> included: source length + extra_len (§6.1), capped by max_len: (B,)."""
     limits = (src != pad_id).sum(dim=1) + extra_len
     return limits.clamp(max=max_len) if max_len is not None else limits
+
+
+def drop_ended(ended: Tensor, alive: Tensor, tokens: Tensor, cache: Any) -> tuple[Tensor, Tensor, Any] | None:
+    """Greedy search and sampling: the rows still decoding once those that ended leave the batch.
+
+    ended (B',) bool; alive (B',) each row's sentence; tokens (B', 1) each row's last token.
+    None when every row has ended.
+    """
+    keep = (~ended).nonzero()[:, 0]
+    if keep.numel() == 0:
+        return None
+    return alive[keep], tokens[keep], cache.index_select(keep)
