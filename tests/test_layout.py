@@ -51,6 +51,9 @@ def test_read_safetensors_errors_name_the_file_and_tensor(tmp_path):
     (tmp_path / "junk.safetensors").write_bytes(b"\x05\x00\x00\x00\x00\x00\x00\x00{junk")
     with pytest.raises(ValueError, match=r"junk\.safetensors: not a safetensors file"):
         read_safetensors(tmp_path / "junk.safetensors")
+    (tmp_path / "odd.safetensors").write_bytes(b"\x0d\x00\x00\x00\x00\x00\x00\x00{\"a\": [1, 2]}")
+    with pytest.raises(ValueError, match=r"odd\.safetensors: not a safetensors file \(entry 'a'"):
+        read_safetensors(tmp_path / "odd.safetensors")
 
 
 def test_a_shared_embedding_comes_back_as_one_tensor(tmp_path):

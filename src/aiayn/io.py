@@ -43,10 +43,13 @@ def read_safetensors(path: str | Path, column_major: bool = False, chunk_bytes: 
         except (ValueError, UnicodeDecodeError) as err:
             raise ValueError(f"{path}: not a safetensors file ({err})") from None
         metadata = header.pop("__metadata__", None) or {}
-        tensors = {}
-        for name, info in sorted(header.items(), key=lambda item: item[1]["data_offsets"][0]):
+        for name, info in header.items():
+            if not (isinstance(info, dict) and {"dtype", "shape", "data_offsets"} <= info.keys()):
+                raise ValueError(f"{path}: not a safetensors file (entry {name!r} lacks dtype, shape or data_offsets)")
             if info["dtype"] not in DTYPES:
                 raise ValueError(f"{path}: tensor {name} has dtype {info['dtype']}, which aiayn does not read")
+        tensors = {}
+        for name, info in sorted(header.items(), key=lambda item: item[1]["data_offsets"][0]):
             f.seek(8 + size + info["data_offsets"][0])
             tensors[name] = _read_tensor(f, DTYPES[info["dtype"]], info["shape"], column_major, chunk_bytes, f"{path}: {name}")
     for alias, name in metadata.items():  # safetensors' save_model records each dropped alias this way
@@ -127,15 +130,8 @@ def load_model(directory: str | Path, device: str | torch.device = "cpu", column
     state = read_safetensors(weights, column_major)
     with torch.device("meta"):  # names and shapes only
         skeleton = Transformer(config)
+    _fill_tied(skeleton, state)
     expected = skeleton.state_dict()
-    shared: dict[int, list[str]] = {}  # a tied tensor is saved under one of its names
-    for name, param in skeleton.named_parameters(remove_duplicate=False):
-        shared.setdefault(id(param), []).append(name)
-    for names in shared.values():
-        present = [n for n in names if n in state]
-        for name in names:
-            if present and name not in state:
-                state[name] = state[present[0]]
     missing, unexpected = sorted(set(expected) - set(state)), sorted(set(state) - set(expected))
     if missing or unexpected:
         raise ValueError(f"{weights}: the weights do not fit config.json (missing {missing[:5]}, unexpected {unexpected[:5]})")
@@ -143,3 +139,15 @@ def load_model(directory: str | Path, device: str | torch.device = "cpu", column
         if tensor.shape != expected[name].shape:
             raise ValueError(f"{weights}: {name} has shape {tuple(tensor.shape)}, config.json gives {tuple(expected[name].shape)}")
     return Transformer.from_state_dict(config, state).to(device).eval()
+
+
+def _fill_tied(model: Transformer, state: dict[str, Tensor]) -> None:
+    """A tied tensor is saved under one of its names (safetensors, checkpoint averaging): give it all of them."""
+    names_of: dict[int, list[str]] = {}
+    for name, param in model.named_parameters(remove_duplicate=False):
+        names_of.setdefault(id(param), []).append(name)
+    for names in names_of.values():
+        present = [n for n in names if n in state]
+        for name in names:
+            if present and name not in state:
+                state[name] = state[present[0]]
