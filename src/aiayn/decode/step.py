@@ -67,7 +67,7 @@ class TransformerStep:
         order = lengths.argsort(descending=True)
         memory = None
         for rows in order.chunk(groups):
-            length = int(lengths[rows[0]])
+            length = max(1, int(lengths[rows[0]]))  # at least one position, even for all-padding rows
             part, _ = self.model.encode(src[rows, :length])  # (b, length, D)
             if memory is None:
                 memory = part.new_zeros(B, S, part.size(-1))
