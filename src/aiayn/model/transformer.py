@@ -158,8 +158,8 @@ class Transformer(nn.Module):
     def from_state_dict(cls, config: ModelConfig, state_dict: dict[str, Tensor]) -> Transformer:
         """A model that holds the given tensors themselves: no random weights are made first.
 
-        Built on the meta device, then given the tensors (with safetensors' load_file they stay
-        memory-mapped), so loading needs the weights' memory once rather than twice.
+        Built on the meta device, then given the tensors themselves (as aiayn.io.read_safetensors
+        reads them), so loading needs the weights' memory once rather than twice.
         """
         with torch.device("meta"):
             model = cls(config)
