@@ -131,13 +131,7 @@ def load_model(directory: str | Path, device: str | torch.device = "cpu", column
     with torch.device("meta"):  # names and shapes only
         skeleton = Transformer(config)
     _fill_tied(skeleton, state)
-    expected = skeleton.state_dict()
-    missing, unexpected = sorted(set(expected) - set(state)), sorted(set(state) - set(expected))
-    if missing or unexpected:
-        raise ValueError(f"{weights}: the weights do not fit config.json (missing {missing[:5]}, unexpected {unexpected[:5]})")
-    for name, tensor in state.items():
-        if tensor.shape != expected[name].shape:
-            raise ValueError(f"{weights}: {name} has shape {tuple(tensor.shape)}, config.json gives {tuple(expected[name].shape)}")
+    check_state(state, skeleton.state_dict(), str(weights))
     return Transformer.from_state_dict(config, state).to(device).eval()
 
 
@@ -151,3 +145,18 @@ def _fill_tied(model: Transformer, state: dict[str, Tensor]) -> None:
         for name in names:
             if present and name not in state:
                 state[name] = state[present[0]]
+
+
+def check_state(state: dict[str, Tensor | None], expected: dict[str, Tensor], where: str) -> None:
+    """Every tensor aiayn needs is there with its shape; vocabulary mismatches are named as such."""
+    missing = sorted(k for k in expected if state.get(k) is None)
+    if missing:
+        raise ValueError(f"{where}: missing tensors {', '.join(missing[:5])}{' ...' if len(missing) > 5 else ''}")
+    extra = sorted(set(state) - set(expected))
+    if extra:
+        raise ValueError(f"{where}: unexpected tensors {', '.join(extra[:5])}{' ...' if len(extra) > 5 else ''}")
+    for name, tensor in state.items():
+        if tuple(tensor.shape) != tuple(expected[name].shape):
+            what = "vocabulary size" if name.endswith(("embed.weight", "logits_bias", "output_proj.weight")) else "shape"
+            raise ValueError(f"{where}: {name} has shape {tuple(tensor.shape)} but config.json gives "
+                             f"{tuple(expected[name].shape)} ({what} does not match the weights)")

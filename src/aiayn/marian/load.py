@@ -16,7 +16,7 @@ import torch
 from torch import Tensor
 
 from ..config import DecodeConfig, ModelConfig
-from ..io import read_safetensors
+from ..io import check_state, read_safetensors
 from ..model import Transformer, sinusoid_table
 from .tokenizer import VOCAB, MarianTokenizer, read_json
 
@@ -171,7 +171,7 @@ def state_dict_from_marian(weights: dict[str, Tensor], model: Transformer, where
             unknown.append(name)
     if unknown:  # nothing is dropped silently: e.g. a variant with extra layer norms
         raise ValueError(f"{where}: tensors aiayn's Marian model has no place for: {', '.join(sorted(unknown)[:5])}")
-    _check_shapes(out, model.state_dict(), where)
+    check_state(out, model.state_dict(), where)
     return out
 
 
@@ -180,21 +180,6 @@ def check_positions(table: Tensor, config: ModelConfig, where: str) -> None:
     ours = sinusoid_table(config.max_len, config.d_model, "halves")
     if table.shape != ours.shape or (table - ours).abs().max().item() > 1e-4:
         raise ValueError(f"{where}: the stored positional table is not Marian's [sin | cos] sinusoid table")
-
-
-def _check_shapes(state: dict[str, Tensor | None], expected: dict[str, Tensor], where: str) -> None:
-    """Every tensor aiayn needs is there with its shape; vocabulary mismatches are named as such."""
-    missing = sorted(k for k in expected if state.get(k) is None)
-    if missing:
-        raise ValueError(f"{where}: missing tensors {', '.join(missing[:5])}{' ...' if len(missing) > 5 else ''}")
-    extra = sorted(set(state) - set(expected))
-    if extra:
-        raise ValueError(f"{where}: unexpected tensors {', '.join(extra[:5])}{' ...' if len(extra) > 5 else ''}")
-    for name, tensor in state.items():
-        if tuple(tensor.shape) != tuple(expected[name].shape):
-            what = "vocabulary size" if name.endswith(("embed.weight", "logits_bias", "output_proj.weight")) else "shape"
-            raise ValueError(f"{where}: {name} has shape {tuple(tensor.shape)} but config.json gives "
-                             f"{tuple(expected[name].shape)} ({what} does not match the weights)")
 
 
 def load_marian(
