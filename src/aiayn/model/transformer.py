@@ -69,11 +69,14 @@ class DecoderState:
             memory_kv = [kv.index_select(sentences) for kv in memory_kv]
             src_mask = src_mask.index_select(0, sentences)
         t, spare, buffers = self.length, self.spare, []
+        # Row j of position p sits at p * N + j of a (t * N, h * d_k) view: one row-wise select per
+        # buffer, about twice as fast as index_select along dim 1 of (t, N, h, d_k).
+        flat = (torch.arange(t, device=index.device)[:, None] * self.rows + index).view(-1)  # (t * N',)
         for buffer in (b for cache in self.self_kv for b in (cache.k, cache.v)):
             shape = (buffer.size(0), len(index), *buffer.shape[2:])
             if spare is None or spare.shape != shape:
                 spare = buffer.new_empty(shape)
-            torch.index_select(buffer[:t], 1, index, out=spare[:t])  # (t, N', h, d_k)
+            torch.index_select(buffer[:t].flatten(0, 1).flatten(1), 0, flat, out=spare[:t].flatten(0, 1).flatten(1))
             buffers.append(spare)
             spare = buffer if buffer.shape == shape else None
         caches = [KVCache(k, v, t) for k, v in zip(buffers[::2], buffers[1::2])]
