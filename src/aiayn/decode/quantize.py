@@ -1,9 +1,13 @@
-"""int8 weights for CPU translation: PyTorch's dynamic quantisation of every linear layer.
-
-Weights are stored as int8 with one scale per output row; activations are quantised on the fly
-(per batch). The pre-softmax projection, tied to the embedding (§3.4), gets its own int8 copy, so
-the embedding lookup keeps its float rows; W^Q, W^K, W^V of each self-attention become one layer. Not in the paper: a speed/memory option, measured by
+"""int8 weights for CPU translation. Not in the paper: a speed and memory option, measured by
 benchmarks/translate.py (BLEU within 0.5 of float32 is the bar).
+
+Every linear layer of the encoder and decoder gets PyTorch's dynamic quantisation (int8 weights with
+one scale per output row, activations quantised per batch); W^Q, W^K, W^V of each self-attention
+become one layer. The vocabulary matrix, shared by the embeddings and the pre-softmax projection
+(§3.4), is held once, as int8 rows with a scale each (`Int8Vocabulary`): lookups dequantise the rows
+they read, and the projection multiplies int8 by int8 (`torch._int_mm`) straight into the decoder's
+logits buffer, so the 30 MiB of logits per step of beam 4 at batch 32 take no fresh memory (nor
+its page faults, which cost PyTorch's own quantised projection 25% of its time).
 """
 
 from __future__ import annotations
@@ -12,36 +16,109 @@ import gc
 import warnings
 
 import torch
-from torch import nn
+from torch import Tensor, nn
 
 from ..model import Transformer
+from ..model.embedding import TokenEmbedding
 
 
+class Int8Vocabulary(nn.Module):
+    """A (V, D) vocabulary matrix as int8 rows times a float scale per row (symmetric, max |w| -> 127)."""
+
+    def __init__(self, weight: Tensor, rows_at_once: int = 4096):
+        super().__init__()
+        V, D = weight.shape
+        self.register_buffer("weight", torch.empty(V, D, dtype=torch.int8))  # (V, D)
+        self.register_buffer("scale", torch.empty(V))  # (V,)
+        with torch.no_grad():
+            for start in range(0, V, rows_at_once):  # a block at a time: no float copy of the whole matrix
+                block = weight[start : start + rows_at_once].float()
+                scale = block.abs().amax(dim=1).clamp(min=1e-12) / 127
+                self.weight[start : start + rows_at_once] = torch.round(block / scale[:, None]).to(torch.int8)
+                self.scale[start : start + rows_at_once] = scale
+
+    def rows(self, ids: Tensor) -> Tensor:
+        """The float rows of ids (...) -> (..., D)."""
+        return self.weight[ids].float() * self.scale[ids].unsqueeze(-1)
+
+    def product(self, x: Tensor, out: Tensor | None = None) -> Tensor:
+        """x (N, D) float times the matrix transposed: (N, V), written into out (contiguous) if given.
+
+        x is quantised with one scale for the whole batch (as PyTorch's dynamic quantisation does);
+        int8 x int8 products sum exactly into int32, then take both scales.
+        """
+        N = x.size(0)
+        x_scale = x.abs().amax().clamp(min=1e-12) / 127
+        x_int8 = torch.round(x / x_scale).to(torch.int8)  # (N, D)
+        out = torch.empty(N, self.weight.size(0)) if out is None else out  # (N, V) float32
+        acc = out.view(torch.int32)  # the int32 sums go into out's memory, then become floats in place
+        torch._int_mm(x_int8, self.weight.t(), out=acc)
+        return out.copy_(acc).mul_(self.scale * x_scale)
+
+
+class Int8Embedding(nn.Module):
+    """TokenEmbedding (§3.4) reading its rows from an Int8Vocabulary."""
+
+    def __init__(self, vocabulary: Int8Vocabulary, scale: float):
+        super().__init__()
+        self.vocabulary, self.scale = vocabulary, scale
+
+    def forward(self, ids: Tensor) -> Tensor:
+        return self.vocabulary.rows(ids) * self.scale  # (B, T) -> (B, T, D)
+
+
+class Int8Projection(nn.Module):
+    """The pre-softmax linear transformation (§3.4) through an Int8Vocabulary, with an optional bias."""
+
+    def __init__(self, vocabulary: Int8Vocabulary, bias: Tensor | None = None):
+        super().__init__()
+        self.vocabulary = vocabulary
+        self.register_buffer("bias", None if bias is None or not bias.any() else bias.detach().float().clone())
+
+    def forward(self, hidden: Tensor, out: Tensor | None = None) -> Tensor:
+        """hidden (..., D) -> logits (..., V); a (N, V) out buffer is used for hidden (N, D)."""
+        logits = self.vocabulary.product(hidden.reshape(-1, hidden.size(-1)), out if hidden.dim() == 2 else None)
+        logits = logits.view(*hidden.shape[:-1], -1)
+        return logits if self.bias is None else logits.add_(self.bias)
+
+
+@torch.no_grad()
 def quantize_int8(model: Transformer) -> Transformer:
-    """The model with int8 linear layers, in place (eval mode, CPU only)."""
+    """The model with int8 weights, in place (eval mode, CPU only); it can no longer be trained."""
     if next(model.parameters()).device.type != "cpu":
         raise ValueError("int8 weights run on the CPU only")
     model.eval()
-    if model.config.tie_output:  # a linear layer sharing the embedding matrix, quantised like the rest
-        V, D = model.decoder.embed.weight.shape
-        proj = nn.Linear(D, V, bias=True, device="meta")
-        proj.weight = model.decoder.embed.weight
-        bias = model.logits_bias if model.logits_bias is not None else torch.zeros(V)
-        proj.bias = nn.Parameter(bias.detach().clone(), requires_grad=False)
-        model.output_proj = proj
-    elif model.logits_bias is not None:  # fold the logits bias into the untied projection
-        model.output_proj.bias = nn.Parameter(model.logits_bias.detach().clone(), requires_grad=False)
-    for layer in (*model.encoder.layers, *model.decoder.layers):  # one int8 product for Q, K and V
-        attn = layer.self_attn
-        parts = (attn.q_proj, attn.k_proj, attn.v_proj)
-        fused = nn.Linear(parts[0].in_features, 3 * parts[0].out_features, device="meta")
-        fused.weight = nn.Parameter(torch.cat([p.weight.detach() for p in parts]), requires_grad=False)
-        fused.bias = nn.Parameter(torch.cat([p.bias.detach() for p in parts]), requires_grad=False)
-        attn.qkv_proj = fused
-        del attn.q_proj, attn.k_proj, attn.v_proj  # self-attention reads only the fused layer
+    tables: dict[int, Int8Vocabulary] = {}  # a shared embedding matrix becomes one int8 table
+    for stack in (model.encoder, model.decoder):
+        embed = stack.embed
+        if isinstance(embed, TokenEmbedding):
+            if id(embed.weight) not in tables:
+                tables[id(embed.weight)] = Int8Vocabulary(embed.weight)
+            stack.embed = Int8Embedding(tables[id(embed.weight)], embed.scale)
+    untied = getattr(model, "output_proj", None)
+    vocabulary = Int8Vocabulary(untied.weight) if isinstance(untied, nn.Linear) else model.decoder.embed.vocabulary
+    model.output_proj = Int8Projection(vocabulary, model.logits_bias)
+    model.logits_bias = None
     with warnings.catch_warnings():  # torch.ao's eager quantisation warns that it is deprecated
         warnings.simplefilter("ignore")
-        per_row = torch.ao.quantization.per_channel_dynamic_qconfig  # a scale per output row
-        torch.ao.quantization.quantize_dynamic(model, {nn.Linear: per_row}, dtype=torch.qint8, inplace=True)
-    gc.collect()  # the replaced float layers sit in reference cycles: free their ~170 MiB now
+        for layer in (*model.encoder.layers, *model.decoder.layers):  # a layer at a time: float freed as we go
+            attn = layer.self_attn
+            parts = (attn.q_proj, attn.k_proj, attn.v_proj)
+            fused = nn.Linear(parts[0].in_features, 3 * parts[0].out_features, device="meta")
+            fused.weight = nn.Parameter(torch.cat([p.weight for p in parts]), requires_grad=False)
+            fused.bias = nn.Parameter(torch.cat([p.bias for p in parts]), requires_grad=False)
+            attn.qkv_proj = fused  # one int8 product for Q, K and V; self-attention reads only this
+            del attn.q_proj, attn.k_proj, attn.v_proj, parts, fused
+            _quantize_linears(layer)
+    gc.collect()
     return model
+
+
+def _quantize_linears(module: nn.Module) -> None:
+    """Every nn.Linear inside module replaced by PyTorch's dynamic int8 linear, one scale per output row."""
+    for name, child in list(module.named_children()):
+        if type(child) is nn.Linear:
+            child.qconfig = torch.ao.quantization.per_channel_dynamic_qconfig
+            setattr(module, name, torch.ao.nn.quantized.dynamic.Linear.from_float(child))
+        else:
+            _quantize_linears(child)

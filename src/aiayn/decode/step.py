@@ -84,12 +84,8 @@ class TransformerStep:
         if self.buffer is None or self.buffer.size(0) < N or self.buffer.device != tokens.device:
             self.buffer = torch.empty(N, V, device=tokens.device)
         out = self.buffer[:N]
-        logits, cache = self.model.decode_step(tokens, cache, out=out if self._float32 else None)
+        logits, cache = self.model.decode_step(tokens, cache, out=out)  # into out when they are float32
         return torch.log_softmax(logits.float(), dim=-1, out=out), cache  # in place, row by row
-
-    @property
-    def _float32(self) -> bool:
-        return self.model.decoder.embed.weight.dtype == torch.float32
 
 
 class Prefix:

@@ -196,8 +196,10 @@ class Transformer(nn.Module):
         out: a (B, V) buffer for the logits of hidden (B, D), reused from step to step by decoding.
         """
         proj = getattr(self, "output_proj", None)
+        if out is not None and out.dtype != hidden.dtype:
+            out = None  # e.g. float16 logits, which decoding turns into float32 log-probabilities itself
         if proj is not None and not isinstance(proj, nn.Linear):
-            return proj(hidden)  # a replacement that carries the bias, e.g. int8 (aiayn.decode.quantize)
+            return proj(hidden, out)  # a replacement that carries the bias, e.g. int8 (aiayn.decode.quantize)
         weight = self.decoder.embed.weight if proj is None else proj.weight
         if out is None:
             return F.linear(hidden, weight, self.logits_bias)
