@@ -195,6 +195,8 @@ def measure(work: Path, engine: str, job: str, sentences: int) -> dict:
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_VERBOSITY": "error", "OMP_NUM_THREADS": str(THREADS)}
     if OMP_WAIT_POLICY:  # all three engines use GNU OpenMP; spinning threads stall on a shared machine
         env["OMP_WAIT_POLICY"] = OMP_WAIT_POLICY
+    if MMAP_THRESHOLD:  # glibc: buffers this big or bigger are mapped, and returned to the system when freed
+        env["MALLOC_MMAP_THRESHOLD_"] = str(MMAP_THRESHOLD)
     cmd = [sys.executable, __file__, "--worker", engine, "--job", job, "--work", str(work), "--sentences", str(sentences)]
     done = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if done.returncode != 0:
@@ -206,6 +208,7 @@ def measure(work: Path, engine: str, job: str, sentences: int) -> dict:
 
 
 OMP_WAIT_POLICY: str | None = None  # set from --omp-wait-policy
+MMAP_THRESHOLD: int | None = None  # set from --malloc-mmap-threshold
 
 
 def table(results: dict, jobs: list[str], engines: list[str]) -> str:
@@ -247,13 +250,16 @@ def main() -> None:
     parser.add_argument("--omp-wait-policy", default="default", choices=["PASSIVE", "ACTIVE", "default"],
                         help="OMP_WAIT_POLICY for every engine (default: unset, as PEERS.md measured; PASSIVE is "
                              "steadier when other jobs share the cores, but slows every engine's small steps)")
+    parser.add_argument("--malloc-mmap-threshold", type=int, metavar="BYTES",
+                        help="MALLOC_MMAP_THRESHOLD_ for every engine (default: unset, glibc's own adaptive threshold)")
     parser.add_argument("--worker", choices=ENGINES, help=argparse.SUPPRESS)
     parser.add_argument("--job", choices=list(JOBS), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
         return worker(args)
-    global OMP_WAIT_POLICY
+    global OMP_WAIT_POLICY, MMAP_THRESHOLD
     OMP_WAIT_POLICY = None if args.omp_wait_policy == "default" else args.omp_wait_policy
+    MMAP_THRESHOLD = args.malloc_mmap_threshold
     if args.quick:
         args.rounds, args.sentences, args.jobs = 1, 64, ["beam4-b32"]
     args.work.mkdir(parents=True, exist_ok=True)
@@ -271,7 +277,7 @@ def main() -> None:
     same = {e: sum(a == b for a, b in zip(results[args.jobs[0]][e][0]["first"], results[args.jobs[0]]["hf"][0]["first"]))
             for e in args.engines} if "hf" in args.engines else {}
     print(f"load average at the end: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs; {THREADS} threads per engine; "
-          f"OMP_WAIT_POLICY={args.omp_wait_policy}")
+          f"OMP_WAIT_POLICY={args.omp_wait_policy}; MALLOC_MMAP_THRESHOLD_={MMAP_THRESHOLD or 'unset'}")
     print(f"first 8 outputs of {args.jobs[0]} identical to Hugging Face's: {same}")
     print(table(results, args.jobs, args.engines))
 
