@@ -132,13 +132,15 @@ def run_aiayn(work: Path, beam: int, batch_size: int, sources: list[list[int]], 
     from aiayn.marian.load import load_marian_model
 
     # what Translator.load does, without a tokenizer (there is none here)
-    model = load_marian_model(work / "marian", unk_id=UNK, column_major=not int8)
     if int8:
         from aiayn.decode.quantize import quantize_int8
+        from aiayn.io import MappedReads
 
-        model = quantize_int8(model)
+        with MappedReads() as maps:
+            model = quantize_int8(load_marian_model(work / "marian", unk_id=UNK), release=maps.release)
+            maps.detach(model)
     else:
-        for_decoding(model)
+        model = for_decoding(load_marian_model(work / "marian", unk_id=UNK, column_major=True))
 
     class NoEos(TransformerStep):  # as HF's min_new_tokens and CTranslate2's min_decoding_length
         def step(self, tokens, cache):

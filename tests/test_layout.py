@@ -12,7 +12,7 @@ from safetensors.torch import save_file
 from aiayn.config import DecodeConfig, ModelConfig
 from aiayn.decode.beam import beam_search
 from aiayn.decode.layout import for_decoding, is_column_major
-from aiayn.io import load_model, read_safetensors, save_model
+from aiayn.io import MappedReads, load_model, read_safetensors, save_model
 from aiayn.model import Transformer
 
 
@@ -54,6 +54,28 @@ def test_read_safetensors_errors_name_the_file_and_tensor(tmp_path):
     (tmp_path / "odd.safetensors").write_bytes(b"\x0d\x00\x00\x00\x00\x00\x00\x00{\"a\": [1, 2]}")
     with pytest.raises(ValueError, match=r"odd\.safetensors: not a safetensors file \(entry 'a'"):
         read_safetensors(tmp_path / "odd.safetensors")
+
+
+def test_mapped_reads_give_the_same_tensors_and_lose_nothing_on_release(tmp_path):
+    tensors = sample_tensors()
+    save_file(tensors, tmp_path / "w.safetensors")
+    with MappedReads() as maps:
+        mapped = read_safetensors(tmp_path / "w.safetensors")
+        assert sorted(mapped) == sorted(tensors)
+        for name, tensor in tensors.items():
+            assert mapped[name].dtype == tensor.dtype and torch.equal(mapped[name], tensor), name
+        assert maps.holds(mapped["matrix"]) and not maps.holds(tensors["matrix"])
+        maps.release()  # pages given back are read again from the file
+        assert torch.equal(mapped["matrix"], tensors["matrix"])
+        model = torch.nn.Linear(11, 37)
+        model.weight = torch.nn.Parameter(mapped["matrix"], requires_grad=False)
+        maps.detach(model)
+        assert not maps.holds(model.weight) and torch.equal(model.weight, tensors["matrix"])
+    assert not maps.maps
+    assert not maps.holds(read_safetensors(tmp_path / "w.safetensors")["matrix"])  # outside: read, not mapped
+    (tmp_path / "cut.safetensors").write_bytes((tmp_path / "w.safetensors").read_bytes()[:-10])
+    with MappedReads(), pytest.raises(ValueError, match=r"cut\.safetensors: \w+: the file ends before this tensor"):
+        read_safetensors(tmp_path / "cut.safetensors")
 
 
 def test_a_shared_embedding_comes_back_as_one_tensor(tmp_path):

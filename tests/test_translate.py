@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import gzip
 import os
 import subprocess
@@ -154,6 +155,21 @@ def test_cli_stdin_to_stdout(model_dir):
     lines = done.stdout.decode("utf-8").split("\n")
     assert lines == Translator.load(model_dir, beam_size=1).translate(text.splitlines()) + [""]
     assert done.stderr == b""  # no progress bar for a stream
+
+
+def test_int8_translator_loads_mapped_weights_into_the_same_model(model_dir):
+    """Translator.load(int8=True) maps the weights and quantises layer by layer: same model, nothing left mapped."""
+    from aiayn.decode.quantize import quantize_int8
+    from aiayn.io import load_model
+
+    src, tgt = torch.randint(4, 200, (3, 9)), torch.randint(4, 200, (3, 7))
+    with torch.no_grad():
+        expected = quantize_int8(load_model(model_dir))(src, tgt)
+        translator = Translator.load(model_dir, int8=True)
+        assert torch.equal(translator.model(src, tgt), expected)
+    gc.collect()
+    maps = Path("/proc/self/maps")  # Linux: the file is unmapped once no tensor of the model views it
+    assert not maps.exists() or str(model_dir / "model.safetensors") not in maps.read_text()
 
 
 def test_int8_stays_close_to_float32(model_dir, tmp_path):

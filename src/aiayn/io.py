@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import json
 import math
+import mmap
 import os
+import warnings
+from contextvars import ContextVar
 from pathlib import Path
 
 import torch
 from safetensors.torch import save_model as _save_weights
-from torch import Tensor
+from torch import Tensor, nn
 
 from . import __version__
 from .config import ModelConfig
@@ -34,28 +37,109 @@ def read_safetensors(path: str | Path, column_major: bool = False, chunk_bytes: 
     Such a matrix is read chunk_bytes at a time straight into its place, so loading never holds a
     second copy of the weights, and no file pages are counted as the process's memory afterwards.
     Aliases that safetensors dropped when saving (shared tensors) come back as the same tensor.
+    Inside `with MappedReads():` the file is mapped instead (column_major is then not supported).
     """
     path = Path(path)
+    maps = _MAPPED_READS.get()
     with open(path, "rb") as f:
-        try:
-            size = int.from_bytes(f.read(8), "little")
-            header = json.loads(f.read(size))
-        except (ValueError, UnicodeDecodeError) as err:
-            raise ValueError(f"{path}: not a safetensors file ({err})") from None
-        metadata = header.pop("__metadata__", None) or {}
-        for name, info in header.items():
-            if not (isinstance(info, dict) and {"dtype", "shape", "data_offsets"} <= info.keys()):
-                raise ValueError(f"{path}: not a safetensors file (entry {name!r} lacks dtype, shape or data_offsets)")
-            if info["dtype"] not in DTYPES:
-                raise ValueError(f"{path}: tensor {name} has dtype {info['dtype']}, which aiayn does not read")
-        tensors = {}
-        for name, info in sorted(header.items(), key=lambda item: item[1]["data_offsets"][0]):
-            f.seek(8 + size + info["data_offsets"][0])
-            tensors[name] = _read_tensor(f, DTYPES[info["dtype"]], info["shape"], column_major, chunk_bytes, f"{path}: {name}")
+        start, header, metadata = _read_header(f, path)
+        if maps is not None and not column_major:
+            tensors = maps.map(f, path, start, header)
+        else:
+            tensors = {}
+            for name, info in sorted(header.items(), key=lambda item: item[1]["data_offsets"][0]):
+                f.seek(start + info["data_offsets"][0])
+                where = f"{path}: {name}"
+                tensors[name] = _read_tensor(f, DTYPES[info["dtype"]], info["shape"], column_major, chunk_bytes, where)
     for alias, name in metadata.items():  # safetensors' save_model records each dropped alias this way
         if alias not in tensors and name in tensors:
             tensors[alias] = tensors[name]
     return tensors
+
+
+def _read_header(f, path: Path) -> tuple[int, dict, dict]:
+    """A safetensors header, checked: (where the data starts, name -> dtype/shape/offsets, metadata)."""
+    try:
+        size = int.from_bytes(f.read(8), "little")
+        header = json.loads(f.read(size))
+    except (ValueError, UnicodeDecodeError) as err:
+        raise ValueError(f"{path}: not a safetensors file ({err})") from None
+    if not isinstance(header, dict):
+        raise ValueError(f"{path}: not a safetensors file (the header is not a JSON object)")
+    metadata = header.pop("__metadata__", None) or {}
+    for name, info in header.items():
+        if not (isinstance(info, dict) and {"dtype", "shape", "data_offsets"} <= info.keys()):
+            raise ValueError(f"{path}: not a safetensors file (entry {name!r} lacks dtype, shape or data_offsets)")
+        if info["dtype"] not in DTYPES:
+            raise ValueError(f"{path}: tensor {name} has dtype {info['dtype']}, which aiayn does not read")
+    return 8 + size, header, metadata
+
+
+class MappedReads:
+    """Weights read as read-only views of memory-mapped files, so that only what is used is in memory.
+
+        with MappedReads() as maps:                  # read_safetensors maps files inside this block
+            model = load_model(directory)           # nothing read from disk yet
+            ...                                      # use the weights; maps.release() now and then
+            maps.detach(model)                       # copy what the model still holds out of the files
+
+    The int8 loader uses this (aiayn.decode.quantize): it quantises layer by layer and calls
+    `release()` after each, so the float32 weights are never all in memory at once. `release()` gives
+    back the file pages read so far: nothing is lost, a later read maps them again. `detach` then
+    leaves the model with no tensor in a mapped file (a file changed in place must not reach it).
+    The views are read-only memory: writing into one kills the process, so only read them.
+    """
+
+    def __init__(self):
+        self.maps: list[tuple[mmap.mmap, int, int]] = []  # (map, first address, length)
+
+    def __enter__(self) -> MappedReads:
+        self._token = _MAPPED_READS.set(self)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        _MAPPED_READS.reset(self._token)
+
+    def map(self, f, path: Path, start: int, header: dict) -> dict[str, Tensor]:
+        """The tensors of header as views of the file f, mapped read-only."""
+        length = os.fstat(f.fileno()).st_size
+        mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        with warnings.catch_warnings():  # the views are read-only, which PyTorch warns about: nothing writes them
+            warnings.simplefilter("ignore", UserWarning)
+            self.maps.append((mapped, torch.frombuffer(mapped, dtype=torch.uint8, count=1).data_ptr(), length))
+            tensors = {}
+            for name, info in header.items():
+                dtype, shape, (begin, end) = DTYPES[info["dtype"]], info["shape"], info["data_offsets"]
+                n = math.prod(shape)
+                if end - begin != n * dtype.itemsize or start + end > length:
+                    raise ValueError(f"{path}: {name}: the file ends before this tensor does (truncated?)")
+                view = torch.frombuffer(mapped, dtype=dtype, count=n, offset=start + begin) if n else torch.empty(0, dtype=dtype)
+                tensors[name] = view.view(shape)
+        return tensors
+
+    def holds(self, t: Tensor) -> bool:
+        """Whether t's memory lies in one of the mapped files."""
+        address = t.untyped_storage().data_ptr()
+        return any(first <= address < first + length for _, first, length in self.maps)
+
+    def release(self) -> None:
+        """Give back the mapped pages read so far (a later read maps them again)."""
+        for mapped, _, _ in self.maps:
+            if hasattr(mapped, "madvise"):  # Linux, macOS; elsewhere the pages stay until the map goes
+                mapped.madvise(mmap.MADV_DONTNEED)
+
+    def detach(self, model: nn.Module) -> None:
+        """Every parameter and buffer of model still in a mapped file copied into memory of its own."""
+        for module in model.modules():
+            for table in (module._parameters, module._buffers):
+                for name, t in table.items():
+                    if t is not None and self.holds(t):
+                        copy = t.detach().clone()
+                        table[name] = nn.Parameter(copy, requires_grad=False) if isinstance(t, nn.Parameter) else copy
+        self.maps.clear()  # the maps close once no tensor views them
+
+
+_MAPPED_READS: ContextVar[MappedReads | None] = ContextVar("aiayn_mapped_reads", default=None)
 
 
 def _read_tensor(f, dtype: torch.dtype, shape: list[int], column_major: bool, chunk_bytes: int, where: str) -> Tensor:

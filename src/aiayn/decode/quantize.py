@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import gc
 import warnings
+from collections.abc import Callable
 
 import torch
 from torch import Tensor, nn
@@ -83,8 +84,12 @@ class Int8Projection(nn.Module):
 
 
 @torch.no_grad()
-def quantize_int8(model: Transformer) -> Transformer:
-    """The model with int8 weights, in place (eval mode, CPU only); it can no longer be trained."""
+def quantize_int8(model: Transformer, release: Callable[[], None] | None = None) -> Transformer:
+    """The model with int8 weights, in place (eval mode, CPU only); it can no longer be trained.
+
+    release, if given, is called after the vocabulary and after each layer, once their float weights
+    are no longer needed: `aiayn.io.MappedReads.release`, so that loading never holds them all.
+    """
     if next(model.parameters()).device.type != "cpu":
         raise ValueError("int8 weights run on the CPU only")
     model.eval()
@@ -99,6 +104,8 @@ def quantize_int8(model: Transformer) -> Transformer:
     vocabulary = Int8Vocabulary(untied.weight) if isinstance(untied, nn.Linear) else model.decoder.embed.vocabulary
     model.output_proj = Int8Projection(vocabulary, model.logits_bias)
     model.logits_bias = None
+    if release is not None:
+        release()
     with warnings.catch_warnings():  # torch.ao's eager quantisation warns that it is deprecated
         warnings.simplefilter("ignore")
         for layer in (*model.encoder.layers, *model.decoder.layers):  # a layer at a time: float freed as we go
@@ -110,6 +117,8 @@ def quantize_int8(model: Transformer) -> Transformer:
             attn.qkv_proj = fused  # one int8 product for Q, K and V; self-attention reads only this
             del attn.q_proj, attn.k_proj, attn.v_proj, parts, fused
             _quantize_linears(layer)
+            if release is not None:
+                release()
     gc.collect()
     return model
 
@@ -118,6 +127,8 @@ def _quantize_linears(module: nn.Module) -> None:
     """Every nn.Linear inside module replaced by PyTorch's dynamic int8 linear, one scale per output row."""
     for name, child in list(module.named_children()):
         if type(child) is nn.Linear:
+            if child.bias is not None:  # the int8 layer keeps this very tensor: make it one of its own
+                child.bias = nn.Parameter(child.bias.detach().clone(), requires_grad=False)
             child.qconfig = torch.ao.quantization.per_channel_dynamic_qconfig
             setattr(module, name, torch.ao.nn.quantized.dynamic.Linear.from_float(child))
         else:

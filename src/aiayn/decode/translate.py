@@ -61,15 +61,18 @@ class Translator:
         """An aiayn model directory, or a Hugging Face Marian one; options override its decoding defaults."""
         from ..marian import load_any
 
-        on_cpu = torch.device(device).type == "cpu"
-        model, tokenizer, defaults = load_any(path, device, column_major=on_cpu and not int8)
-        defaults = defaults or DecodeConfig()
-        if int8:
+        if int8:  # weights mapped from the file and quantised a layer at a time: never all float32 at once
+            from ..io import MappedReads
             from .quantize import quantize_int8
 
-            model = quantize_int8(model)
+            with MappedReads() as maps:
+                model, tokenizer, defaults = load_any(path, device)
+                model = quantize_int8(model, release=maps.release)
+                maps.detach(model)
         else:
+            model, tokenizer, defaults = load_any(path, device, column_major=torch.device(device).type == "cpu")
             for_decoding(model)  # the model is this translator's own: lay it out for decoding
+        defaults = defaults or DecodeConfig()
         search = {k: v for k, v in options.items() if k in DecodeConfig.__dataclass_fields__ and v is not None}
         batching = {k: v for k, v in options.items() if k not in search and v is not None}
         return cls(model, tokenizer, defaults.replace(**search), device, **batching)
