@@ -79,7 +79,7 @@ class MappedReads:
     """Weights read as read-only views of memory-mapped files, so that only what is used is in memory.
 
         with MappedReads() as maps:                  # read_safetensors maps files inside this block
-            model = load_model(directory)           # nothing read from disk yet
+            model = load_model(directory)           # the weights themselves are not read yet
             ...                                      # use the weights; maps.release() now and then
             maps.detach(model)                       # copy what the model still holds out of the files
 
