@@ -37,7 +37,7 @@ def read_safetensors(path: str | Path, column_major: bool = False, chunk_bytes: 
     Such a matrix is read chunk_bytes at a time straight into its place, so loading never holds a
     second copy of the weights, and no file pages are counted as the process's memory afterwards.
     Aliases that safetensors dropped when saving (shared tensors) come back as the same tensor.
-    Inside `with MappedReads():` the file is mapped instead (column_major is then not supported).
+    Inside `with MappedReads():` the file is mapped instead, unless column_major asks for a new layout.
     """
     path = Path(path)
     maps = _MAPPED_READS.get()
@@ -102,8 +102,8 @@ class MappedReads:
 
     def map(self, f, path: Path, start: int, header: dict) -> dict[str, Tensor]:
         """The tensors of header as views of the file f, mapped read-only."""
-        length = os.fstat(f.fileno()).st_size
         mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        length = len(mapped)
         with warnings.catch_warnings():  # the views are read-only, which PyTorch warns about: nothing writes them
             warnings.simplefilter("ignore", UserWarning)
             self.maps.append((mapped, torch.frombuffer(mapped, dtype=torch.uint8, count=1).data_ptr(), length))
