@@ -27,6 +27,20 @@ def test_written_out_attention_equals_pytorch_sdpa_with_masks():
     assert torch.all(weights.masked_select(~mask.expand_as(weights)) == 0)  # masked weights exactly 0
 
 
+def test_one_query_over_a_time_major_cache_equals_pytorch_sdpa():
+    """Decoder self-attention at a step: 32+ rows read a (t, B, h, d_k) cache through strided views."""
+    t, B, h, d_k = 9, 40, 4, 16
+    cache_k, cache_v = torch.randn(t + 3, B, h, d_k), torch.randn(t + 3, B, h, d_k)
+    k, v = cache_k[:t].permute(1, 2, 0, 3), cache_v[:t].permute(1, 2, 0, 3)  # (B, h, t, d_k) views
+    q = torch.randn(B, 1, h * d_k).view(B, 1, h, d_k).transpose(1, 2)  # (B, h, 1, d_k)
+    out, none = scaled_dot_product_attention(q, k, v, None)
+    assert none is None
+    assert (out - F.scaled_dot_product_attention(q, k, v)).abs().max().item() < 1e-5
+    written, weights = scaled_dot_product_attention(q, k, v, None, need_weights=True)
+    assert torch.equal(out, written)  # the written-out formula, as documented
+    assert weights.shape == (B, h, 1, t)
+
+
 def test_eq1_by_hand_for_one_query():
     q = torch.tensor([[[[1.0, 0.0]]]])  # (1, 1, 1, 2)
     k = torch.tensor([[[[1.0, 0.0], [0.0, 1.0]]]])
