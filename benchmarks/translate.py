@@ -10,11 +10,14 @@ own TransformersConverter (a stand-in tokenizer: token "t<id>"); 256 source sent
 every engine forced to exactly 40 output tokens, length penalty 1.0; 2 threads everywhere.
 Each measurement runs in a fresh process (its peak RSS is the memory figure); engines alternate
 round by round and the table gives medians, with ratios of figures measured in the same run.
+The memory tables also give the peak above each engine's runtime, the resident memory once its
+library is imported and before it loads weights (torch alone is about 220 MiB, ctranslate2 30).
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import resource
@@ -158,17 +161,28 @@ def run_aiayn(work: Path, beam: int, batch_size: int, sources: list[list[int]], 
     return translate
 
 
-def peak_mib() -> float:
-    """This process's peak resident memory (VmHWM; ru_maxrss would include the parent's, from before exec)."""
+def peak_mib(field: str = "VmHWM") -> float:
+    """This process's peak resident memory (VmHWM; ru_maxrss would include the parent's, from before exec),
+    or with field="VmRSS" its resident memory now."""
     for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
+        if line.startswith(field + ":"):
             return int(line.split()[1]) / 1024
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+RUNTIMES = {  # what each engine imports before it loads weights: its runtime's share of the memory
+    "hf": ["torch", "transformers.models.marian.modeling_marian"],
+    "ct2": ["ctranslate2"],
+    "aiayn": ["torch", "aiayn.decode.beam", "aiayn.decode.greedy", "aiayn.marian.load"],
+}
+
+
 def worker(args: argparse.Namespace) -> None:
     """One engine, one job, in this fresh process: prints its timing and peak memory as JSON."""
-    if not args.worker.startswith("ct2"):  # CTranslate2 runs without torch, as its users would
+    for module in RUNTIMES[args.worker.split("-")[0]]:  # CTranslate2 runs without torch, as its users would
+        importlib.import_module(module)
+    runtime_mib = peak_mib("VmRSS")
+    if not args.worker.startswith("ct2"):
         import torch
 
         torch.set_num_threads(THREADS)
@@ -189,7 +203,7 @@ def worker(args: argparse.Namespace) -> None:
     lengths = sorted({len(o) for o in outputs})
     print(json.dumps({
         "seconds": seconds, "sentences": len(sources), "tokens": sum(len(o) for o in outputs), "lengths": lengths,
-        "peak_mib": peak_mib(), "first": outputs[:8],
+        "peak_mib": peak_mib(), "runtime_mib": runtime_mib, "first": outputs[:8],
     }))
 
 
@@ -233,11 +247,22 @@ def table(results: dict, jobs: list[str], engines: list[str]) -> str:
     lines += ["", "| peak memory, MiB | " + " | ".join(engines) + " | aiayn/CT2 f32 | aiayn int8/CT2 int8 |",
               "|---" * (len(engines) + 3) + "|"]
     for job in jobs:
-        mem = {e: max(r["peak_mib"] for r in results[job][e]) for e in engines}
-        ratio = lambda a, b: f"{mem[a] / mem[b]:.2f}" if a in mem and b in mem else "-"  # noqa: E731
-        lines.append(f"| {job} | " + " | ".join(f"{mem[e]:,.0f}" for e in engines)
-                     + f" | {ratio('aiayn-float32', 'ct2-float32')} | {ratio('aiayn-int8', 'ct2-int8')} |")
+        lines.append(memory_row(job, engines, {e: max(r["peak_mib"] for r in results[job][e]) for e in engines}))
+    lines += ["", "| peak above the runtime, MiB | " + " | ".join(engines) + " | aiayn/CT2 f32 | aiayn int8/CT2 int8 |",
+              "|---" * (len(engines) + 3) + "|"]
+    for job in jobs:
+        above = {e: max(r["peak_mib"] - r["runtime_mib"] for r in results[job][e]) for e in engines}
+        lines.append(memory_row(job, engines, above))
+    runtimes = {e: statistics.median(r["runtime_mib"] for job in jobs for r in results[job][e]) for e in engines}
+    lines += ["", "runtime (resident after importing the engine, before its weights), MiB: "
+              + ", ".join(f"{e} {m:,.0f}" for e, m in runtimes.items())]
     return "\n".join(lines)
+
+
+def memory_row(job: str, engines: list[str], mem: dict[str, float]) -> str:
+    ratio = lambda a, b: f"{mem[a] / mem[b]:.2f}" if a in mem and b in mem else "-"  # noqa: E731
+    return (f"| {job} | " + " | ".join(f"{mem[e]:,.0f}" for e in engines)
+            + f" | {ratio('aiayn-float32', 'ct2-float32')} | {ratio('aiayn-int8', 'ct2-int8')} |")
 
 
 def main() -> None:
@@ -275,7 +300,7 @@ def main() -> None:
                 res = measure(args.work, engine, job, n)
                 results[job][engine].append(res)
                 print(f"round {r + 1} {job:11s} {engine:14s} {res['tokens'] / res['seconds']:8.1f} tok/s "
-                      f"{res['peak_mib']:7.0f} MiB", file=sys.stderr, flush=True)
+                      f"{res['peak_mib']:7.0f} MiB (runtime {res['runtime_mib']:.0f})", file=sys.stderr, flush=True)
     same = {e: sum(a == b for a, b in zip(results[args.jobs[0]][e][0]["first"], results[args.jobs[0]]["hf"][0]["first"]))
             for e in args.engines} if "hf" in args.engines else {}
     print(f"load average at the end: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs; {THREADS} threads per engine; "
