@@ -21,7 +21,7 @@ from torch import Tensor
 
 from ..config import DecodeConfig
 from ..model import Transformer
-from .step import StepModel, as_step_model, force_eos, output_limits
+from .step import StepModel, as_step_model, ban, force_eos, search_limits
 
 
 class Hypothesis(NamedTuple):
@@ -62,7 +62,7 @@ def beam_search(model: Transformer | StepModel, src: Tensor, config: DecodeConfi
     """The config.n_best best hypotheses of each sentence of src (B, S), best first."""
     model = as_step_model(model)
     K = config.beam_size
-    limits = output_limits(src, model.pad_id, config.extra_len, _cap(config.max_len, model.max_len))
+    limits = search_limits(model, src, config)
     B, L = src.size(0), int(limits.max())
     results: list[list[Hypothesis]] = [[] for _ in range(B)]
     cache = model.start(src)
@@ -80,8 +80,7 @@ def beam_search(model: Transformer | StepModel, src: Tensor, config: DecodeConfi
     last = torch.full((B, 1), model.bos_id, dtype=torch.long, device=src.device)  # (B*1, 1)
     for t in range(L):
         log_probs, cache = model.step(last, cache)  # (B*k, V), k = 1 at t = 0, else K
-        for banned in model.banned:
-            log_probs[:, banned] = -math.inf
+        ban(log_probs, model)
         if config.forced_eos:  # (B*k,): each row's sentence at its limit
             k = log_probs.size(0) // state.limits.size(0)
             force_eos(log_probs, (t + 1 >= state.limits).repeat_interleave(k), model.eos_id)
@@ -193,9 +192,3 @@ def _collect(state: BeamState, done: Tensor, results: list[list[Hypothesis]], n_
             seq = state.finished_tokens[b, j, : int(state.finished_lengths[b, j])].tolist()
             hyps.append(Hypothesis(seq, score, float(state.finished_log_probs[b, j])))
         results[int(state.sentence[b])] = hyps
-
-
-def _cap(*caps: int | None) -> int | None:
-    """The smallest of the given length caps, None if there is none."""
-    given = [c for c in caps if c is not None]
-    return min(given) if given else None

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import math
-
 import torch
 from torch import Tensor
 
 from ..config import DecodeConfig
 from ..model import Transformer
 from .beam import Hypothesis, length_penalty, top_k
-from .step import StepModel, as_step_model, drop_ended, force_eos, output_limits
+from .step import StepModel, as_step_model, ban, drop_ended, force_eos, output_limits, search_limits
 
 
 @torch.inference_mode()
@@ -35,9 +33,7 @@ def greedy_search(model: Transformer, src: Tensor, max_len: int | Tensor | None 
 def greedy_hypotheses(model: Transformer | StepModel, src: Tensor, config: DecodeConfig = DecodeConfig()) -> list[list[Hypothesis]]:
     """Greedy search with beam_search's limits and result type: one hypothesis per sentence."""
     step = as_step_model(model)
-    caps = [c for c in (config.max_len, step.max_len) if c is not None]
-    limits = output_limits(src, step.pad_id, config.extra_len, min(caps) if caps else None)
-    hyps = _greedy(step, src, limits, config.forced_eos)
+    hyps = _greedy(step, src, search_limits(step, src, config), config.forced_eos)
     lp = lambda n: length_penalty(config.alpha, float(n), config.length_penalty)  # noqa: E731
     return [[Hypothesis(h.tokens, h.log_prob / lp(len(h.tokens)), h.log_prob)] for h in hyps]
 
@@ -53,8 +49,7 @@ def _greedy(step: StepModel, src: Tensor, limits: Tensor, forced_eos: bool = Fal
     length = torch.zeros(B, dtype=torch.long, device=src.device)
     for t in range(int(limits.max())):
         log_probs, cache = step.step(tokens, cache)  # (B', V)
-        for banned in step.banned:
-            log_probs[:, banned] = -math.inf
+        ban(log_probs, step)
         if forced_eos:
             force_eos(log_probs, t + 1 >= limits[alive], step.eos_id)
         best, tokens = top_k(log_probs, 1)  # (B', 1) each; faster than max() over a long vocabulary

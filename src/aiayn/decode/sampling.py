@@ -14,7 +14,7 @@ from torch import Tensor
 from ..config import DecodeConfig
 from ..model import Transformer
 from .beam import Hypothesis, length_penalty
-from .step import StepModel, as_step_model, drop_ended, output_limits
+from .step import StepModel, as_step_model, ban, drop_ended, search_limits
 
 
 def filter_log_probs(log_probs: Tensor, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0) -> Tensor:
@@ -40,8 +40,7 @@ def sample(
 ) -> list[list[Hypothesis]]:
     """One sampled translation of each sentence of src (B, S), scored by the (unfiltered) model."""
     step = as_step_model(model)
-    caps = [c for c in (config.max_len, step.max_len) if c is not None]
-    limits = output_limits(src, step.pad_id, config.extra_len, min(caps) if caps else None)
+    limits = search_limits(step, src, config)
     B = src.size(0)
     cache = step.start(src)
     tokens = torch.full((B, 1), step.bos_id, dtype=torch.long, device=src.device)
@@ -50,8 +49,7 @@ def sample(
     log_prob = [0.0] * B
     for t in range(int(limits.max())):
         log_probs, cache = step.step(tokens, cache)  # (B', V)
-        for banned in step.banned:
-            log_probs[:, banned] = -math.inf
+        ban(log_probs, step)
         dist = filter_log_probs(log_probs, config.temperature, config.top_k, config.top_p).exp()
         tokens = torch.multinomial(dist, 1, generator=generator)  # (B', 1)
         chosen = log_probs.gather(1, tokens)[:, 0].tolist()

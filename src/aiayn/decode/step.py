@@ -16,6 +16,7 @@ from typing import Any, Protocol
 import torch
 from torch import Tensor
 
+from ..config import DecodeConfig
 from ..model import DecoderState, Transformer
 from ..model.masks import padding_mask
 
@@ -128,6 +129,19 @@ def force_eos(log_probs: Tensor, at_limit: Tensor, eos_id: int) -> None:
     if at_limit.any():
         log_probs[at_limit] = -math.inf
         log_probs[at_limit, eos_id] = 0.0
+
+
+def ban(log_probs: Tensor, model: StepModel) -> None:
+    """The tokens the model never generates (padding, the start token) get log-probability -inf, in place."""
+    for token in model.banned:
+        log_probs[:, token] = -math.inf
+
+
+def search_limits(model: StepModel, src: Tensor, config: DecodeConfig) -> Tensor:
+    """Longest output per sentence of src (B, S) for a search: output_limits with config's extra_len,
+    capped by config.max_len and by the model's position table: (B,)."""
+    caps = [c for c in (config.max_len, model.max_len) if c is not None]
+    return output_limits(src, model.pad_id, config.extra_len, min(caps) if caps else None)
 
 
 def output_limits(src: Tensor, pad_id: int, extra_len: int, max_len: int | None) -> Tensor:
