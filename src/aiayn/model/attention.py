@@ -70,8 +70,9 @@ def scaled_dot_product_attention(
 
     The written-out formula also serves one query per row over 32 or more rows on a CPU (decoder
     self-attention over its cache, §3.2.3). Not in the paper, a speed measure: there its two batched
-    products are 20-45% faster than the fused kernel, which sets up every (row, head) pair on its own
-    (3-5% less time per sentence at beam 4, batch 32; no change greedy); with fewer rows the fused one is faster.
+    products are 20-45% faster than the fused kernel, which sets up every (row, head) pair on its
+    own (3-5% less time per sentence at beam 4, batch 32; no change greedy). With fewer rows, or
+    several masked queries (encoder-decoder attention), the fused kernel is the faster one.
     """
     one_query = mask is None and q.size(2) == 1 and q.size(0) >= 32 and q.device.type == "cpu"
     if not need_weights and not one_query:
