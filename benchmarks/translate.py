@@ -300,7 +300,8 @@ def main() -> None:
                 res = measure(args.work, engine, job, n)
                 results[job][engine].append(res)
                 print(f"round {r + 1} {job:11s} {engine:14s} {res['tokens'] / res['seconds']:8.1f} tok/s "
-                      f"{res['peak_mib']:7.0f} MiB (runtime {res['runtime_mib']:.0f})", file=sys.stderr, flush=True)
+                      f"{res['peak_mib']:7.0f} MiB (runtime {res['runtime_mib']:.0f})",
+                      file=sys.stderr, flush=True)
     same = {e: sum(a == b for a, b in zip(results[args.jobs[0]][e][0]["first"], results[args.jobs[0]]["hf"][0]["first"]))
             for e in args.engines} if "hf" in args.engines else {}
     print(f"load average at the end: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs; {THREADS} threads per engine; "
