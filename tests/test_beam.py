@@ -153,10 +153,12 @@ def test_batched_equals_one_sentence_at_a_time(penalty):
         assert [h.score for h in hyps] == pytest.approx([h.score for h in alone], abs=1e-4)
 
 
-@pytest.mark.parametrize("extra_len", [12, 80])  # 80: past the cache's first 64 positions, so it grows
-def test_cached_equals_uncached(extra_len):
+# 80: past the cache's first 64 positions, so it grows. 12 sentences x 3 beams = 36 rows: cached
+# self-attention takes the written-out one-query path (32+ rows) until sentences finish.
+@pytest.mark.parametrize("extra_len, sentences", [(12, 6), (80, 6), (12, 12)])
+def test_cached_equals_uncached(extra_len, sentences):
     """Incremental decoding (cached keys/values) and recomputing the whole prefix agree."""
-    model, src = tiny_model(seed=3, max_len=128), random_source(6, seed=4)
+    model, src = tiny_model(seed=3, max_len=128), random_source(sentences, seed=4)
     if extra_len > 64:
         with torch.no_grad():
             model.logits_bias[model.config.eos_id] = -10.0  # no </s>: every hypothesis runs to the limit
