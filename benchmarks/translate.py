@@ -20,7 +20,6 @@ import argparse
 import importlib
 import json
 import os
-import resource
 import statistics
 import subprocess
 import sys
@@ -161,13 +160,13 @@ def run_aiayn(work: Path, beam: int, batch_size: int, sources: list[list[int]], 
     return translate
 
 
-def peak_mib(field: str = "VmHWM") -> float:
-    """This process's peak resident memory (VmHWM; ru_maxrss would include the parent's, from before exec),
-    or with field="VmRSS" its resident memory now."""
+def resident_mib(field: str) -> float:
+    """This process's resident memory from /proc/self/status: "VmHWM" its peak (ru_maxrss would include
+    the parent's, from before exec), "VmRSS" now."""
     for line in Path("/proc/self/status").read_text().splitlines():
         if line.startswith(field + ":"):
             return int(line.split()[1]) / 1024
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    raise RuntimeError(f"no {field} in /proc/self/status")
 
 
 RUNTIMES = {  # what each engine imports before it loads weights: its runtime's share of the memory
@@ -181,7 +180,7 @@ def worker(args: argparse.Namespace) -> None:
     """One engine, one job, in this fresh process: prints its timing and peak memory as JSON."""
     for module in RUNTIMES[args.worker.split("-")[0]]:  # CTranslate2 runs without torch, as its users would
         importlib.import_module(module)
-    runtime_mib = peak_mib("VmRSS")
+    runtime_mib = resident_mib("VmRSS")
     if not args.worker.startswith("ct2"):
         import torch
 
@@ -203,7 +202,7 @@ def worker(args: argparse.Namespace) -> None:
     lengths = sorted({len(o) for o in outputs})
     print(json.dumps({
         "seconds": seconds, "sentences": len(sources), "tokens": sum(len(o) for o in outputs), "lengths": lengths,
-        "peak_mib": peak_mib(), "runtime_mib": runtime_mib, "first": outputs[:8],
+        "peak_mib": resident_mib("VmHWM"), "runtime_mib": runtime_mib, "first": outputs[:8],
     }))
 
 
