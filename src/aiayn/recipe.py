@@ -11,7 +11,7 @@ import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 
@@ -22,7 +22,9 @@ from .config import ModelConfig
 class DataConfig:
     """Where the parallel text is and how it becomes subword ids (§5.1)."""
 
-    train: str = ""  # file prefix: {train}.{src_lang}[.gz] and {train}.{tgt_lang}[.gz]
+    format: Literal["text", "ptb"] = "text"  # ptb: trees from a treebank archive (aiayn.parse.data, §6.3)
+    archive: str = ""  # format ptb: the zip (or folder) of .mrg files
+    train: str = ""  # file prefix: {train}.{src_lang}[.gz] and {train}.{tgt_lang}[.gz]; ptb: wsj_0001-0159
     valid: str = ""
     test: str = ""  # decoded and scored at the end of training; "" = none
     src_lang: str = "en"

@@ -18,6 +18,7 @@ from .. import io
 from ..config import DecodeConfig
 from ..data.vocab import Vocab
 from ..model import Transformer
+from ..parse.tokenizer import ParseTokenizer
 from .export import marian_tokenizer_files, save_marian
 from .load import is_marian_model, load_marian
 from .tokenizer import SOURCE_SPM, TARGET_SPM, VOCAB, MarianTokenizer
@@ -37,9 +38,11 @@ def detect_format(directory: str | Path) -> str:
     raise ValueError(f"{directory / io.CONFIG}: neither an aiayn model nor a Hugging Face Marian model")
 
 
-def load_tokenizer(directory: str | Path) -> Vocab | MarianTokenizer:
+def load_tokenizer(directory: str | Path) -> Vocab | MarianTokenizer | ParseTokenizer:
     """The tokenizer stored beside a model: spm.model (aiayn's own), else Marian's vocab.json and spm files."""
     directory = Path(directory)
+    if ParseTokenizer.is_saved_in(directory):  # a parser (issue 16): subword source, tree-symbol target
+        return ParseTokenizer.load(directory)
     if (directory / io.VOCAB).is_file():
         return Vocab.load(directory / io.VOCAB)
     if (directory / VOCAB).is_file() or (directory / SOURCE_SPM).is_file():
@@ -47,9 +50,11 @@ def load_tokenizer(directory: str | Path) -> Vocab | MarianTokenizer:
     raise FileNotFoundError(f"{directory}: no tokenizer ({io.VOCAB}, or {SOURCE_SPM}/{TARGET_SPM}/{VOCAB})")
 
 
-def save_tokenizer(tokenizer: Vocab | MarianTokenizer, directory: str | Path) -> None:
+def save_tokenizer(tokenizer: Vocab | MarianTokenizer | ParseTokenizer, directory: str | Path) -> None:
     """Write a tokenizer beside a model so that `load_tokenizer` reads it back: spm.model, or Marian's files."""
     directory = Path(directory)
+    if isinstance(tokenizer, ParseTokenizer):
+        return tokenizer.save(directory)
     files = {io.VOCAB: tokenizer.proto} if isinstance(tokenizer, Vocab) else marian_tokenizer_files(tokenizer)
     if not isinstance(tokenizer, Vocab):
         (directory / io.VOCAB).unlink(missing_ok=True)  # a stale spm.model would be read first

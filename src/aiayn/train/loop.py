@@ -60,6 +60,10 @@ def start_model(recipe: Recipe, out: Path, init: str | Path | None, log: Log) ->
 
         model, tokenizer, _ = load_any(init)
         return Start(model.train(), tokenizer, None)
+    if recipe.data.format == "ptb":  # issue 16: a parser, with a target vocabulary of whole tree symbols
+        from ..parse.data import start_parser
+
+        return Start(*start_parser(recipe, out, log), None)
     d = recipe.data
     vocab_path = out / "spm.model"
     if not vocab_path.is_file():
@@ -80,10 +84,15 @@ def load_split(recipe: Recipe, prefix: str, tokenizer, cache: Path, log: Log) ->
     if cached:
         return EncodedCorpus.load(cache)
     d = recipe.data
-    src_path, tgt_path = find_file(prefix, d.src_lang), find_file(prefix, d.tgt_lang)
-    src, tgt = read_parallel(src_path, tgt_path)
+    if d.format == "ptb":  # issue 16: sentences and linearised trees from the treebank's file range
+        from ..parse.data import read_split
+
+        (src, tgt), where = read_split(d, prefix), f"{d.archive}: {prefix}"
+    else:
+        src_path, tgt_path = find_file(prefix, d.src_lang), find_file(prefix, d.tgt_lang)
+        (src, tgt), where = read_parallel(src_path, tgt_path), f"{src_path} / {tgt_path}"
     corpus, report = encode_pairs(src, tgt, tokenizer.encode_source, tokenizer.encode_target, d.max_subwords)
-    log(f"{src_path} / {tgt_path}: {report}")
+    log(f"{where}: {report}")
     if distributed.is_main():
         cache.parent.mkdir(parents=True, exist_ok=True)
         corpus.save(cache)
@@ -283,7 +292,11 @@ def finish(recipe: Recipe, out: Path, start: Start, device: torch.device, log: L
     log(f"{out / 'model'}: the mean of {len(last)} checkpoint(s): {', '.join(p.name for p in last)}")
     model = load_model(out / "model", device)
     results: dict = {"averaged": [p.name for p in last]}
-    if d.test:
+    if d.test and d.format == "ptb":  # issue 16: parse the test sentences, score the trees with EVALB's rules
+        from ..parse.data import test_parser
+
+        results.update(test_parser(model, start.tokenizer, recipe, out, device, log))
+    elif d.test:
         src, ref = read_parallel(find_file(d.test, d.src_lang), find_file(d.test, d.tgt_lang))
         began = time.perf_counter()
         hyp = translate_texts(model, start.tokenizer, src, t.beam_size, t.alpha, device)

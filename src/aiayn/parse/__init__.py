@@ -1,0 +1,1 @@
+"""English constituency parsing, the paper's second task (§6.3): trees, linearisation, EVALB, baselines."""

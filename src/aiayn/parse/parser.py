@@ -1,0 +1,77 @@
+"""`Parser`: sentences in, trees out, with §6.3's search (beam 21, alpha 0.3, input length + 300).
+
+A Translator writes each sentence's bracket sequence; `repair` makes it a tree over the sentence's
+own words, and the repairs are counted (`Parser.repairs`), never hidden: every sentence gets a tree.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..config import DecodeConfig
+from ..decode.translate import Translator
+from ..model import Transformer
+from .linearize import Repairs, repair
+from .tokenizer import ParseTokenizer
+from .trees import Tree
+
+# §6.3: "we increased the maximum output length to input length + 300 ... beam size of 21 and alpha = 0.3"
+PAPER_SEARCH = {"beam_size": 21, "alpha": 0.3, "extra_len": 300}
+
+
+class Parser:
+    """A sequence-to-sequence model over ParseTokenizer's vocabularies; `parse(sentences)` -> trees."""
+
+    def __init__(self, translator: Translator):
+        if not isinstance(translator.tokenizer, ParseTokenizer):
+            raise ValueError("not a parsing model: it has no parse-target.json (train one with recipes/ptb-parse.yaml)")
+        self.translator = translator
+        self.repairs = Repairs()  # summed over every sentence parsed so far
+        self.sentences = self.repaired = 0
+
+    @classmethod
+    def load(cls, path: str | Path, device: str | torch.device = "cpu", **options: Any) -> Parser:
+        """A model directory; options (beam_size, alpha, batch_size, ...) override the paper's search."""
+        return cls(Translator.load(path, device, **{**PAPER_SEARCH, **{k: v for k, v in options.items() if v is not None}}))
+
+    @classmethod
+    def from_model(cls, model: Transformer, tokenizer: ParseTokenizer, device: str | torch.device = "cpu",
+                   batch_size: int = 32, **search: Any) -> Parser:
+        """A parser over a model in memory (training's test set); the translator puts it in eval mode."""
+        return cls(Translator(model, tokenizer, DecodeConfig(**{**PAPER_SEARCH, **search}), device, batch_size))
+
+    def parse(self, sentences: list[str]) -> list[Tree | None]:
+        """One tree per sentence (words separated by spaces), None for an empty one."""
+        out: list[Tree | None] = []
+        for sentence, sequence in zip(sentences, self.translator.translate(sentences)):
+            words = sentence.split()
+            if not words:
+                out.append(None)
+                continue
+            tree, fixes = repair(sequence.split(), words)
+            self.sentences += 1
+            self.repaired += fixes.total > 0
+            self.repairs.add(fixes)
+            out.append(tree)
+        return out
+
+    def parse_lines(self, sentences: list[str]) -> list[str]:
+        """Trees as single lines `(TOP ...)`; "" for an empty sentence."""
+        return ["" if t is None else str(t) for t in self.parse(sentences)]
+
+    def parse_stream(self, lines: Iterable[str], chunk: int = 2048) -> Iterator[str]:
+        block: list[str] = []
+        for line in lines:
+            block.append(line)
+            if len(block) == chunk:
+                yield from self.parse_lines(block)
+                block = []
+        if block:
+            yield from self.parse_lines(block)
+
+    def report(self) -> str:
+        return f"{self.repaired:,} of {self.sentences:,} trees repaired ({self.repairs})"
