@@ -14,6 +14,7 @@ COMMANDS = {
     "average": ("average", "average the weights of the last checkpoints (§6.1)"),
     "translate": ("translate", "translate text with a model, one line per line (§6.1 beam search)"),
     "evaluate": ("evaluate", "score translations: sacreBLEU, tokenised BLEU, chrF, perplexity"),
+    "parse": ("parse", "parse tokenised sentences into trees, one line per line (§6.3)"),
     "convert": ("convert", "convert a model: Marian (opus-mt) <-> aiayn, and to CTranslate2"),
 }
 

@@ -21,6 +21,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--save-hyp", help="with --model: also write the translations here")
     parser.add_argument("--lang", default="de", help="target language for the tokenised BLEU (default de)")
     parser.add_argument("--json", action="store_true", help="print the scores as one JSON object")
+    parser.add_argument("--task", choices=["translate", "parse"], default="translate",
+                        help="parse: labelled bracket P/R/F1 of trees as EVALB with COLLINS.prm (§6.3)")
     add_search_arguments(parser)
 
 
@@ -32,6 +34,10 @@ def read_file(path: str) -> list[str]:
 def run(args: argparse.Namespace) -> int:
     from .. import evaluate
 
+    if args.task == "parse":  # issue 16: trees, one a line, scored by aiayn.parse.evalb
+        from ..parse.report import evaluate_trees
+
+        return evaluate_trees(args.hyp, args.ref, args.json)
     refs = read_file(args.ref)
     scores, extra = [], {}
     if args.hyp:

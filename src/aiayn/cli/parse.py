@@ -1,0 +1,71 @@
+"""aiayn parse: one tree per input line, in order (§6.3: beam 21, alpha 0.3, input length + 300).
+
+Input: tokenised sentences, one a line, words separated by spaces (as in the Penn Treebank:
+"Mr. Vinken is chairman ."). Output: one `(TOP ...)` tree a line, which `aiayn evaluate --task
+parse` and EVALB read. The line rules of `aiayn translate`: an empty line gives an empty line; a line
+that is not UTF-8 or too long stops the run naming it; --output is written whole or not at all.
+Outputs that are not well-formed trees are repaired; how many is reported on stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+from typing import BinaryIO, TextIO
+
+from .translate import CHUNK, chunks, read_lines
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", required=True, help="a parsing model directory (aiayn train recipes/ptb-parse.yaml)")
+    parser.add_argument("--input", "-i", help="tokenised sentences, one a line (default: stdin)")
+    parser.add_argument("--output", "-o", help="where to write the trees (default: stdout)")
+    parser.add_argument("--beam-size", "-b", type=int, help="beam width (default 21, §6.3); 1 = greedy")
+    parser.add_argument("--alpha", type=float, help="length penalty alpha (default 0.3, §6.3)")
+    parser.add_argument("--batch-size", type=int, default=32, help="sentences per batch (default 32)")
+    parser.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, ...")
+    parser.add_argument("--truncate", action="store_true", help="cut sentences longer than the model takes")
+
+
+def parse_stream(parser, stream: BinaryIO, name: str, out: TextIO) -> int:
+    """Parse every line of stream into out; returns the number of lines."""
+    from ..decode.translate import SentenceTooLong
+
+    done = 0
+    for block in chunks(read_lines(stream, name), CHUNK):
+        try:
+            out.writelines(tree + "\n" for tree in parser.parse_lines(block))
+        except SentenceTooLong as err:
+            raise ValueError(f"{name}: line {done + err.index + 1}: {err.detail}") from None
+        done += len(block)
+        out.flush()
+    return done
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..parse.parser import Parser
+
+    parser = Parser.load(args.model, args.device, beam_size=args.beam_size, alpha=args.alpha,
+                         batch_size=args.batch_size, truncate=args.truncate)
+    name = args.input or "<stdin>"
+    stream = open(args.input, "rb") if args.input else sys.stdin.buffer
+    try:
+        if args.output:
+            tmp = Path(args.output + ".tmp")
+            try:
+                with open(tmp, "w", encoding="utf-8", newline="\n") as out:
+                    parse_stream(parser, stream, name, out)
+                os.replace(tmp, args.output)
+            finally:
+                tmp.unlink(missing_ok=True)
+        else:
+            if hasattr(sys.stdout, "reconfigure"):
+                sys.stdout.reconfigure(encoding="utf-8")
+            parse_stream(parser, stream, name, sys.stdout)
+    finally:
+        if args.input:
+            stream.close()
+    print(f"aiayn parse: {parser.report()}", file=sys.stderr)
+    return 0

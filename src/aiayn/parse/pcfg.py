@@ -1,0 +1,159 @@
+"""The treebank PCFG baseline for §6.3: rules counted off the training trees, Viterbi CKY parsing.
+
+Before counting, unary chains are collapsed into one label (S -> VP becomes "S+VP") and wider
+constituents are binarised to the right with first-order Markov labels ("@NP|NN": the rest of an NP,
+starting with an NN), so every rule is binary, or unary over a POS tag. Words seen in training
+keep the tags they had; an unknown word is scored by its shape (capital, digit, hyphen, suffix),
+estimated from the words seen once. CKY finds the most probable tree (numpy over the rules of each
+span); the transformations are undone on output.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter, defaultdict
+
+import numpy as np
+
+from .trees import TOP, Tree
+
+SUFFIXES = ("ing", "ed", "ly", "ion", "er", "est", "al", "ive", "able", "ic", "ity", "s")
+
+
+def signature(word: str) -> str:
+    """An unknown word's class: UNK-C-D-H-suffix (capitalised, digit, hyphen)."""
+    parts = ["UNK"]
+    if word[:1].isupper():
+        parts.append("C")
+    if any(c.isdigit() for c in word):
+        parts.append("D")
+    if "-" in word:
+        parts.append("H")
+    lower = word.lower()
+    suffix = next((s for s in SUFFIXES if lower.endswith(s) and len(lower) > len(s) + 2), "")
+    return "-".join(parts + ([suffix] if suffix else []))
+
+
+def transform(tree: Tree) -> Tree:
+    """Unary chains collapsed ("S+VP"), then right binarisation with "@X|first" labels."""
+    if tree.is_preterminal:
+        return tree
+    label, children = tree.label, tree.children
+    while len(children) == 1 and not children[0].is_preterminal:
+        label, children = f"{label}+{children[0].label}", children[0].children
+    children = tuple(transform(c) for c in children)
+    while len(children) > 2:  # right-factored: X -> c1 @X|c2, @X|c2 -> c2 @X|c3, ...
+        rest = Tree(f"@{label.split('+')[-1]}|{children[-2].label}", children[-2:])
+        for child in reversed(children[1:-2]):
+            rest = Tree(f"@{label.split('+')[-1]}|{child.label}", (child, rest))
+        children = (children[0], rest)
+    return Tree(label, children)
+
+
+def untransform(tree: Tree) -> Tree:
+    """The inverse of transform: @-nodes spliced into their parents, "A+B" labels unfolded."""
+    if tree.is_preterminal:
+        return tree
+    children: list[Tree] = []
+    for child in (untransform(c) for c in tree.children):
+        children.extend(child.children if child.label.startswith("@") else (child,))
+    if tree.label.startswith("@"):  # its label may name a collapsed child ("@SBAR|S+VP"): not unfolded
+        return Tree(tree.label, tuple(children))
+    labels = tree.label.split("+")
+    node = Tree(labels[-1], tuple(children))
+    for label in reversed(labels[:-1]):
+        node = Tree(label, (node,))
+    return node
+
+
+class PCFG:
+    """A treebank grammar with a Viterbi CKY parser; `PCFG.train(trees)`, then `parse(words)`."""
+
+    def __init__(self, binary: Counter, unary: Counter, lexical: Counter, unknown: Counter, tags: Counter):
+        lhs_count: Counter = Counter()
+        for (a, _, _), c in binary.items():
+            lhs_count[a] += c
+        for (a, _), c in unary.items():
+            lhs_count[a] += c
+        self.symbols = sorted({s for rule in binary for s in rule} | {s for rule in unary for s in rule} | set(tags))
+        self.index = {s: i for i, s in enumerate(self.symbols)}
+        rules = sorted(binary.items())
+        self.b_lhs = np.array([self.index[a] for (a, _, _), _ in rules])
+        self.b_left = np.array([self.index[b] for (_, b, _), _ in rules])
+        self.b_right = np.array([self.index[c] for (_, _, c), _ in rules])
+        self.b_logp = np.array([math.log(c / lhs_count[a]) for (a, _, _), c in rules], dtype=np.float32)
+        self.starts = np.flatnonzero(np.r_[True, self.b_lhs[1:] != self.b_lhs[:-1]])
+        self.unary = [(self.index[a], self.index[t], math.log(c / lhs_count[a])) for (a, t), c in unary.items()]
+        self.tag_count = tags
+        self.lexicon: dict[str, dict[str, float]] = defaultdict(dict)
+        for (t, w), c in lexical.items():
+            self.lexicon[w][t] = math.log(c / tags[t])
+        self.unknown = unknown
+        self.roots = [i for i, s in enumerate(self.symbols) if s.split("+")[0] == TOP]
+
+    @classmethod
+    def train(cls, trees: list[Tree]) -> PCFG:
+        """Count rules and words over the training trees (all under TOP)."""
+        binary, unary, lexical, tags = Counter(), Counter(), Counter(), Counter()
+        for tree in trees:
+            todo = [transform(tree)]
+            while todo:
+                node = todo.pop()
+                if node.is_preterminal:
+                    lexical[node.label, node.word] += 1
+                    tags[node.label] += 1
+                    continue
+                kids = [c.label for c in node.children]
+                if len(kids) == 1:
+                    unary[node.label, kids[0]] += 1
+                else:
+                    binary[node.label, kids[0], kids[1]] += 1
+                todo.extend(node.children)
+        words = Counter(w for (_, w), c in lexical.items() for _ in range(c))
+        unknown = Counter((t, signature(w)) for (t, w), c in lexical.items() if words[w] == 1)
+        return cls(binary, unary, lexical, unknown, tags)
+
+    def tag_scores(self, word: str) -> dict[str, float]:
+        """log P(word | tag) for the tags the word can take."""
+        if word in self.lexicon:
+            return self.lexicon[word]
+        sig = signature(word)
+        open_tags = {t for t, _ in self.unknown}
+        return {t: math.log((self.unknown[t, sig] + 1e-3) / self.tag_count[t]) for t in open_tags}
+
+    def parse(self, words: list[str]) -> Tree | None:
+        """The most probable tree over words (with the tags the grammar chooses); None if it has none."""
+        n, N = len(words), len(self.symbols)
+        chart = np.full((n, n + 1, N), -np.inf, dtype=np.float32)  # (start, end, symbol): best log-probability
+        u_lhs, u_child, u_logp = (np.array(x) for x in zip(*self.unary)) if self.unary else (np.zeros(0, int),) * 3
+        for i, word in enumerate(words):
+            cell = chart[i, i + 1]
+            for tag, logp in self.tag_scores(word).items():
+                cell[self.index[tag]] = logp
+            np.maximum.at(cell, u_lhs, cell[u_child] + u_logp.astype(np.float32))  # A -> tag
+        for width in range(2, n + 1):
+            for i in range(n - width + 1):
+                j = i + width
+                left, right = chart[i, i + 1 : j], chart[i + 1 : j, j]  # (K, N): split points i+1 .. j-1
+                best = (left[:, self.b_left] + right[:, self.b_right]).max(axis=0) + self.b_logp  # (R,)
+                chart[i, j, self.b_lhs[self.starts]] = np.maximum.reduceat(best, self.starts)
+        root = max(self.roots, key=lambda r: chart[0, n, r], default=None)
+        if root is None or not np.isfinite(chart[0, n, root]):
+            return None
+        return untransform(self._build(chart, words, 0, n, root))
+
+    def _build(self, chart: np.ndarray, words: list[str], i: int, j: int, a: int) -> Tree:
+        """The best derivation of symbol a over words[i:j], read back from the chart."""
+        label = self.symbols[a]
+        if j == i + 1:
+            if label in self.tag_count and np.isclose(chart[i, j, a], self.tag_scores(words[i]).get(label, -np.inf)):
+                return Tree(label, word=words[i])
+            _, tag = max((chart[i, j, t] + lp, t) for lhs, t, lp in self.unary if lhs == a)
+            return Tree(label, (Tree(self.symbols[tag], word=words[i]),))
+        group = np.searchsorted(self.starts, np.searchsorted(self.b_lhs, a))
+        rules = slice(self.starts[group], self.starts[group + 1] if group + 1 < len(self.starts) else len(self.b_lhs))
+        left, right = chart[i, i + 1 : j], chart[i + 1 : j, j]
+        scores = left[:, self.b_left[rules]] + right[:, self.b_right[rules]] + self.b_logp[rules]  # (K, rules)
+        k, r = np.unravel_index(int(np.argmax(scores)), scores.shape)
+        b, c = self.b_left[rules][r], self.b_right[rules][r]
+        return Tree(label, (self._build(chart, words, i, i + 1 + k, b), self._build(chart, words, i + 1 + k, j, c)))
