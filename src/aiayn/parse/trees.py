@@ -106,9 +106,7 @@ def _read(tokens: list[str], i: int, where: str, number: int) -> tuple[Tree, int
                 stack[-1][1].append(leaf)
                 continue
             stack.append((label, []))
-        elif token == ")":
-            if not stack:
-                raise TreeError(f"{where}: tree {number}: a ')' closes nothing")
+        elif token == ")":  # the stack is never empty here: the tree returns when it closes
             label, children = stack.pop()
             i += 1
             tree = Tree(label, tuple(children))
