@@ -1,0 +1,141 @@
+"""aiayn parse (line rules), aiayn evaluate --task parse, training with format ptb, the PCFG baseline."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from aiayn.cli import main
+from aiayn.config import ModelConfig
+from aiayn.io import save_model
+from aiayn.model import Transformer
+from aiayn.parse.baselines import right_branching
+from aiayn.parse.evalb import evalb
+from aiayn.parse.linearize import linearize
+from aiayn.parse.parser import Parser
+from aiayn.parse.pcfg import PCFG, transform, untransform
+from aiayn.parse.tokenizer import ParseTokenizer
+from aiayn.parse.trees import parse_tree, read_treebank
+from aiayn.recipe import load_recipe
+from aiayn.train.loop import train
+
+from conftest import DATA, REPO
+
+ARCHIVE = DATA / "ptb-sample" / "treebank.zip"
+
+
+@pytest.fixture(scope="module")
+def trees():
+    return read_treebank(ARCHIVE, "wsj_0001-0030")
+
+
+@pytest.fixture(scope="module")
+def parser_dir(tmp_path_factory, trees):
+    """A parsing model with random weights, saved as training saves one."""
+    out = tmp_path_factory.mktemp("parser")
+    tokenizer = ParseTokenizer.train([" ".join(t.words()) for t in trees], [" ".join(linearize(t)) for t in trees], 300)
+    torch.manual_seed(0)
+    config = ModelConfig.preset("tiny", vocab_size=len(tokenizer), tgt_vocab_size=tokenizer.target_size,
+                                share_embeddings=False, d_model=32, d_ff=64, n_layers=1, max_len=64)
+    save_model(Transformer(config), out)
+    tokenizer.save(out)
+    return out
+
+
+def test_tokenizer_keeps_tree_symbols_whole_and_reads_back(parser_dir, trees):
+    tokenizer = ParseTokenizer.load(parser_dir)
+    sequence = " ".join(linearize(trees[0]))
+    ids = tokenizer.encode_target([sequence])[0]
+    assert len(ids) == len(sequence.split()) + 1 and tokenizer.unk_id not in ids
+    assert tokenizer.decode(ids) == sequence
+    assert Parser.load(parser_dir).translator.tokenizer.symbols == tokenizer.symbols
+
+
+def test_cli_one_tree_per_line_in_order_with_empty_lines(parser_dir, tmp_path, capsys):
+    lines = ["Mr. Vinken is chairman .", "", "The cat sat on the mat .", "Yes", "", "It rose 5 % ."]
+    (tmp_path / "in.txt").write_text("\n".join(lines) + "\n")
+    assert main(["parse", "--model", str(parser_dir), "-i", str(tmp_path / "in.txt"), "-o", str(tmp_path / "out.txt"),
+                 "--beam-size", "1"]) == 0
+    out = (tmp_path / "out.txt").read_text().split("\n")
+    assert len(out) == len(lines) + 1 and out[-1] == ""
+    for line, tree in zip(lines, out):
+        if not line:
+            assert tree == ""
+        else:  # the words come back from the source: each line's own tree, whatever the model wrote
+            parsed = parse_tree(tree)
+            assert parsed.label == "TOP" and parsed.words() == line.split()
+    assert "trees repaired" in capsys.readouterr().err
+
+
+def test_cli_bad_lines_are_named_and_leave_no_output(parser_dir, tmp_path, capsys):
+    (tmp_path / "in.txt").write_bytes(b"A dog .\nTwo dogs .\n\xff\xfe bad\n")
+    assert main(["parse", "--model", str(parser_dir), "-i", str(tmp_path / "in.txt"), "-o", str(tmp_path / "o.txt"),
+                 "-b", "1"]) == 2
+    assert "line 3: not valid UTF-8" in capsys.readouterr().err and not (tmp_path / "o.txt").exists()
+    (tmp_path / "long.txt").write_text("A dog .\n\n" + " ".join(["word"] * 100) + "\n")
+    assert main(["parse", "--model", str(parser_dir), "-i", str(tmp_path / "long.txt"), "-b", "1"]) == 2
+    assert "line 3: " in capsys.readouterr().err
+
+
+def test_a_translation_model_is_refused(tmp_path):
+    from aiayn.data.vocab import Vocab
+
+    save_model(Transformer(ModelConfig.preset("tiny", vocab_size=300)), tmp_path,
+               Vocab.train(["a b c d e f g h"] * 50 + ["some other words here"] * 50, 40).proto)
+    with pytest.raises(ValueError, match="not a parsing model"):
+        Parser.load(tmp_path)
+
+
+def test_evaluate_task_parse_json(tmp_path, capsys, trees):
+    gold = [str(t) for t in trees[:20]]
+    hyp = [str(right_branching(t.words(), t.tags())) for t in trees[:20]]
+    hyp[5] = str(parse_tree(hyp[5].replace("(. .)", "(NN .)")))  # kept punctuation: EVALB rejects it
+    (tmp_path / "gold.txt").write_text("\n".join(gold) + "\n")
+    (tmp_path / "hyp.txt").write_text("\n".join(hyp) + "\n")
+    assert main(["evaluate", "--task", "parse", "--hyp", str(tmp_path / "hyp.txt"), "--ref", str(tmp_path / "gold.txt"),
+                 "--json"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    expected = evalb(gold, hyp)
+    assert got["f1"] == round(expected.all.f1, 4) and got["len<=40"]["f1"] == round(expected.short.f1, 4)
+    assert {"precision", "recall", "f1", "complete_match", "errors"} <= got.keys() and got["errors"] == 1
+    (tmp_path / "short.txt").write_text("\n".join(hyp[:-1]) + "\n")
+    assert main(["evaluate", "--task", "parse", "--hyp", str(tmp_path / "short.txt"), "--ref", str(tmp_path / "gold.txt")]) == 2
+    assert "has 19 lines but" in capsys.readouterr().err
+
+
+def test_training_a_parser_from_the_recipe(tmp_path):
+    recipe = load_recipe(REPO / "recipes" / "ptb-parse.yaml", [
+        "--data.train=wsj_0001-0010", "--data.valid=wsj_0160", "--data.test=wsj_0199", "--data.vocab_size=300",
+        "--data.max_subwords=90", "--model.d_model=32", "--model.d_ff=64", "--model.n_layers=1", "--model.n_heads=2",
+        "--model.max_len=96", "--train.max_steps=2", "--train.save_every=1", "--train.beam_size=1",
+        "--train.max_minutes=0", "--train.eval_every=0"])
+    results = train(recipe, tmp_path, log=lambda _: None)
+    test_trees = read_treebank(ARCHIVE, "wsj_0199")
+    assert results["steps"] == 2 and 0.0 <= results["test_f1"] <= 100.0
+    assert len((tmp_path / "test.trees").read_text().splitlines()) == len(test_trees)
+    parser = Parser.load(tmp_path / "model", beam_size=1)  # the tokenizer is saved beside the averaged model
+    assert parser.translator.model.config.share_embeddings is False
+    assert [t.words() for t in parser.parse([" ".join(t.words()) for t in test_trees[:2]])] == [
+        t.words() for t in test_trees[:2]]
+
+
+def test_pcfg_transform_round_trips_and_parses_its_own_training_trees(trees):
+    for tree in trees:
+        assert untransform(transform(tree)) == tree
+    small = [parse_tree("(TOP (S (NP (DT the) (NN dog)) (VP (VBD saw) (NP (DT a) (NN cat))) (. .)))"),
+             parse_tree("(TOP (S (NP (NNP John)) (VP (VBD slept)) (. .)))")]
+    grammar = PCFG.train(small)
+    assert [grammar.parse(t.words()) for t in small] == small
+    assert str(grammar.parse("the cat saw John .".split())) == (
+        "(TOP (S (NP (DT the) (NN cat)) (VP (VBD saw) (NP (NNP John))) (. .)))")
+
+
+def test_pcfg_learns_more_than_right_branching(trees):
+    grammar = PCFG.train(read_treebank(ARCHIVE, "wsj_0001-0060"))
+    test = [t for t in read_treebank(ARCHIVE, "wsj_0180-0185") if len(t.words()) <= 20][:15]
+    gold = [str(t) for t in test]
+    pcfg = evalb(gold, [str(grammar.parse(t.words()) or "") for t in test]).all.f1
+    floor = evalb(gold, [str(right_branching(t.words(), t.tags())) for t in test]).all.f1
+    assert pcfg > floor + 15
