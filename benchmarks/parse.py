@@ -1,0 +1,104 @@
+"""Constituency parsing at a fixed budget (§6.3): the recipe trained for N minutes, beside two baselines.
+
+    .venv/bin/python benchmarks/parse.py --minutes 20 --out runs/bench-parse --report parse-benchmark.md
+
+Trains recipes/ptb-parse.yaml (wsj_0001-0159) for --minutes of wall clock on 2 threads, parses the
+test files (wsj_0180-0199, 245 trees) with §6.3's search (beam 21, alpha 0.3, input length + 300)
+and scores them with EVALB's rules (aiayn.parse.evalb); beside it, on the same trees and scorer,
+right-branching trees over the gold tags and the treebank PCFG (CKY) trained on the same files.
+Running it again on the same --out resumes the training; use a new --out for a fresh run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import threading
+import time
+from pathlib import Path
+
+import torch
+
+
+def load_sampler(samples: list[float], stop: threading.Event) -> None:
+    """One-minute load average every 30 s: how much the 2 cores were shared with other work."""
+    while not stop.wait(30):
+        samples.append(os.getloadavg()[0])
+
+
+def row(name: str, result, seconds: float, note: str = "") -> dict:
+    a, s = result.all, result.short
+    return {"system": name, "f1": a.f1, "f1_40": s.f1, "precision": a.precision, "recall": a.recall,
+            "complete_match": a.complete_match, "rejected": a.errors, "seconds": seconds, "note": note}
+
+
+def baselines(recipe) -> list[dict]:
+    from aiayn.parse.baselines import right_branching
+    from aiayn.parse.evalb import evalb
+    from aiayn.parse.pcfg import PCFG
+    from aiayn.parse.trees import read_treebank
+
+    d = recipe.data
+    test = read_treebank(d.archive, d.test)
+    gold = [str(t) for t in test]
+    began = time.perf_counter()
+    rows = [row("right-branching (gold tags)", evalb(gold, [str(right_branching(t.words(), t.tags())) for t in test]),
+                time.perf_counter() - began)]
+    began = time.perf_counter()
+    grammar = PCFG.train(read_treebank(d.archive, d.train))
+    parses = [grammar.parse(t.words()) for t in test]
+    failed = sum(p is None for p in parses)
+    rows.append(row(f"treebank PCFG, CKY ({len(grammar.b_lhs):,} binary rules)",
+                    evalb(gold, [str(p) if p else "" for p in parses]), time.perf_counter() - began,
+                    f"{failed} without a parse" if failed else ""))
+    return rows
+
+
+def main() -> None:
+    from aiayn.parse.evalb import evalb
+    from aiayn.parse.trees import read_treebank
+    from aiayn.recipe import load_recipe
+    from aiayn.train.loop import train
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--recipe", default="recipes/ptb-parse.yaml")
+    parser.add_argument("--out", default="runs/bench-parse")
+    parser.add_argument("--report", default="parse-benchmark.md")
+    parser.add_argument("--minutes", type=float, default=20.0, help="training wall clock (default 20)")
+    parser.add_argument("overrides", nargs="*", help="recipe overrides, e.g. --model.d_model=512 (after --)")
+    args = parser.parse_args()
+    torch.set_num_threads(2)
+    loads: list[float] = [os.getloadavg()[0]]
+    stop = threading.Event()
+    threading.Thread(target=load_sampler, args=(loads, stop), daemon=True).start()
+    recipe = load_recipe(args.recipe, [f"--train.max_minutes={args.minutes}", "--train.threads=2", *args.overrides])
+    rows = baselines(recipe)
+    began = time.perf_counter()
+    results = train(recipe, args.out)
+    out = Path(args.out)
+    gold = [str(t) for t in read_treebank(recipe.data.archive, recipe.data.test)]
+    hyp = (out / "test.trees").read_text(encoding="utf-8").splitlines()
+    note = (f"{results['steps']:,} steps, {results['minutes']:.1f} min, {results['epoch'] - 1} epochs, "
+            f"{results['tokens_per_s']:,.0f} tok/s; {results['test_repaired']} repaired")
+    rows.append(row(f"aiayn Transformer ({recipe.model.get('n_layers')} layers, d_model {recipe.model.get('d_model')})",
+                    evalb(gold, hyp), time.perf_counter() - began, note))
+    stop.set()
+    write_report(Path(args.report), rows, loads, args.minutes)
+
+
+def write_report(path: Path, rows: list[dict], loads: list[float], minutes: float) -> None:
+    lines = [f"# Parsing wsj_0180-0199 (245 trees), EVALB's rules; aiayn trained {minutes:g} min on 2 threads", "",
+             "| system | F1 | F1 <= 40 words | precision | recall | complete match | rejected | seconds | note |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for r in rows:
+        lines.append(f"| {r['system']} | {r['f1']:.2f} | {r['f1_40']:.2f} | {r['precision']:.2f} | {r['recall']:.2f} | "
+                     f"{r['complete_match']:.2f} | {r['rejected']} | {r['seconds']:.0f} | {r['note']} |")
+    lines += ["", f"load average (1 min, every 30 s; 2 cores): mean {sum(loads) / len(loads):.2f}, "
+              f"min {min(loads):.2f}, max {max(loads):.2f}", "", "```json", json.dumps(rows, indent=2), "```", ""]
+    path.write_text("\n".join(lines))
+    print("\n".join(lines[: 4 + len(rows) + 2]))
+
+
+if __name__ == "__main__":
+    main()
