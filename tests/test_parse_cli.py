@@ -101,7 +101,8 @@ def test_evaluate_task_parse_json(tmp_path, capsys, trees):
     assert got["f1"] == round(expected.all.f1, 4) and got["len<=40"]["f1"] == round(expected.short.f1, 4)
     assert {"precision", "recall", "f1", "complete_match", "errors"} <= got.keys() and got["errors"] == 1
     (tmp_path / "short.txt").write_text("\n".join(hyp[:-1]) + "\n")
-    assert main(["evaluate", "--task", "parse", "--hyp", str(tmp_path / "short.txt"), "--ref", str(tmp_path / "gold.txt")]) == 2
+    assert main(["evaluate", "--task", "parse", "--hyp", str(tmp_path / "short.txt"),
+                 "--ref", str(tmp_path / "gold.txt")]) == 2
     assert "has 19 lines but" in capsys.readouterr().err
 
 

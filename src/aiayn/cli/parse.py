@@ -24,6 +24,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--output", "-o", help="where to write the trees (default: stdout)")
     parser.add_argument("--beam-size", "-b", type=int, help="beam width (default 21, §6.3); 1 = greedy")
     parser.add_argument("--alpha", type=float, help="length penalty alpha (default 0.3, §6.3)")
+    parser.add_argument("--constrained", action="store_true",
+                        help="search only well-formed trees over the words (not in the paper; see docs/parsing.md)")
     parser.add_argument("--batch-size", type=int, default=32, help="sentences per batch (default 32)")
     parser.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, ...")
     parser.add_argument("--truncate", action="store_true", help="cut sentences longer than the model takes")
@@ -47,7 +49,7 @@ def parse_stream(parser, stream: BinaryIO, name: str, out: TextIO) -> int:
 def run(args: argparse.Namespace) -> int:
     from ..parse.parser import Parser
 
-    parser = Parser.load(args.model, args.device, beam_size=args.beam_size, alpha=args.alpha,
+    parser = Parser.load(args.model, args.device, args.constrained, beam_size=args.beam_size, alpha=args.alpha,
                          batch_size=args.batch_size, truncate=args.truncate)
     name = args.input or "<stdin>"
     stream = open(args.input, "rb") if args.input else sys.stdin.buffer

@@ -114,7 +114,8 @@ def score_sentence(gold_line: str, test_line: str) -> SentenceScore:
     if not test.words:
         return SentenceScore("skip", gold.length, reason="no words in the test tree")
     if gold.error or test.error:
-        return SentenceScore("error", gold.length, reason=f"gold: {gold.error}" if gold.error else f"test: {test.error}")
+        reason = f"gold: {gold.error}" if gold.error else f"test: {test.error}"
+        return SentenceScore("error", gold.length, reason=reason)
     if len(gold.words) != len(test.words):
         return SentenceScore("error", gold.length, reason=f"length mismatch ({len(gold.words)}|{len(test.words)})")
     for g, t in zip(gold.words, test.words):

@@ -13,8 +13,12 @@ from typing import Any
 import torch
 
 from ..config import DecodeConfig
+from ..decode.beam import beam_search
+from ..decode.greedy import greedy_hypotheses
+from ..decode.step import as_step_model
 from ..decode.translate import Translator
 from ..model import Transformer
+from .constrain import TreeConstrainedStep
 from .linearize import Repairs, repair
 from .tokenizer import ParseTokenizer
 from .trees import Tree
@@ -26,28 +30,33 @@ PAPER_SEARCH = {"beam_size": 21, "alpha": 0.3, "extra_len": 300}
 class Parser:
     """A sequence-to-sequence model over ParseTokenizer's vocabularies; `parse(sentences)` -> trees."""
 
-    def __init__(self, translator: Translator):
+    def __init__(self, translator: Translator, constrained: bool = False):
         if not isinstance(translator.tokenizer, ParseTokenizer):
             raise ValueError("not a parsing model: it has no parse-target.json (train one with recipes/ptb-parse.yaml)")
         self.translator = translator
+        self.constrained = constrained  # deviation from §6.3: search only well-formed trees (aiayn.parse.constrain)
         self.repairs = Repairs()  # summed over every sentence parsed so far
         self.sentences = self.repaired = 0
 
     @classmethod
-    def load(cls, path: str | Path, device: str | torch.device = "cpu", **options: Any) -> Parser:
+    def load(cls, path: str | Path, device: str | torch.device = "cpu", constrained: bool = False,
+             **options: Any) -> Parser:
         """A model directory; options (beam_size, alpha, batch_size, ...) override the paper's search."""
-        return cls(Translator.load(path, device, **{**PAPER_SEARCH, **{k: v for k, v in options.items() if v is not None}}))
+        options = {**PAPER_SEARCH, **{k: v for k, v in options.items() if v is not None}}
+        return cls(Translator.load(path, device, **options), constrained)
 
     @classmethod
     def from_model(cls, model: Transformer, tokenizer: ParseTokenizer, device: str | torch.device = "cpu",
-                   batch_size: int = 32, **search: Any) -> Parser:
+                   batch_size: int = 32, constrained: bool = False, **search: Any) -> Parser:
         """A parser over a model in memory (training's test set); the translator puts it in eval mode."""
-        return cls(Translator(model, tokenizer, DecodeConfig(**{**PAPER_SEARCH, **search}), device, batch_size))
+        config = DecodeConfig(**{**PAPER_SEARCH, **search})
+        return cls(Translator(model, tokenizer, config, device, batch_size), constrained)
 
     def parse(self, sentences: list[str]) -> list[Tree | None]:
         """One tree per sentence (words separated by spaces), None for an empty one."""
         out: list[Tree | None] = []
-        for sentence, sequence in zip(sentences, self.translator.translate(sentences)):
+        sequences = self.search_constrained(sentences) if self.constrained else self.translator.translate(sentences)
+        for sentence, sequence in zip(sentences, sequences):
             words = sentence.split()
             if not words:
                 out.append(None)
@@ -57,6 +66,21 @@ class Parser:
             self.repaired += fixes.total > 0
             self.repairs.add(fixes)
             out.append(tree)
+        return out
+
+    @torch.inference_mode()
+    def search_constrained(self, sentences: list[str]) -> list[str]:
+        """Bracket sequences from a search that may write only well-formed trees over each sentence's words."""
+        t = self.translator
+        ids, out = t.encode(sentences), [""] * len(sentences)
+        for batch in t.batches(ids):
+            S = max(len(ids[i]) for i in batch)
+            src = torch.tensor([ids[i] + [t.model.config.pad_id] * (S - len(ids[i])) for i in batch], device=t.device)
+            words = torch.tensor([len(sentences[i].split()) for i in batch])
+            step = TreeConstrainedStep(as_step_model(t.model), t.tokenizer.symbols, words)
+            search = beam_search if t.config.beam_size > 1 else greedy_hypotheses
+            for i, hyps in zip(batch, search(step, src, t.config)):
+                out[i] = t.tokenizer.decode(hyps[0].tokens) if hyps else ""
         return out
 
     def parse_lines(self, sentences: list[str]) -> list[str]:

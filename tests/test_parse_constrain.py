@@ -1,0 +1,71 @@
+"""Tree-constrained search: whatever the model prefers, every finished output is a tree over the words."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from aiayn.config import DecodeConfig
+from aiayn.decode.beam import beam_search
+from aiayn.decode.greedy import greedy_hypotheses
+from aiayn.parse.constrain import TreeConstrainedStep
+from aiayn.parse.linearize import Repairs, repair
+
+SYMBOLS = ["<pad>", "<s>", "</s>", "<unk>", "(S", ")S", "(NP", ")NP", "(VP", ")VP", "NN", "VB", "."]
+
+
+class Rows:
+    def __init__(self, n: int):
+        self.n = n
+
+    def index_select(self, index, sentences=None):
+        return Rows(len(index))
+
+
+class RandomModel:
+    """A StepModel with random log-probabilities: it would write any sequence, trees or not."""
+
+    bos_id, eos_id, pad_id, banned, max_len = 1, 2, 0, (0, 1), None
+
+    def __init__(self, seed: int):
+        self.generator = torch.Generator().manual_seed(seed)
+
+    def start(self, src):
+        return Rows(src.size(0))
+
+    def step(self, tokens, cache):
+        return torch.randn(tokens.size(0), len(SYMBOLS), generator=self.generator).log_softmax(-1), cache
+
+
+@pytest.mark.parametrize("search", ["beam", "greedy"])
+def test_every_finished_hypothesis_is_one_well_formed_tree_over_the_words(search):
+    words = torch.tensor([3, 1, 6])
+    finished = 0
+    for seed in range(12):
+        step = TreeConstrainedStep(RandomModel(seed), SYMBOLS, words)
+        src = torch.full((3, 4), 5)
+        config = DecodeConfig(beam_size=4 if search == "beam" else 1, extra_len=60)
+        hyps = beam_search(step, src, config) if search == "beam" else greedy_hypotheses(step, src, config)
+        for n, h in zip(words.tolist(), hyps):
+            sequence = [SYMBOLS[i] for i in h[0].tokens]
+            if sequence[-1] != "</s>":
+                continue  # stopped by the length limit: repair's job
+            finished += 1
+            tree, fixes = repair(sequence[:-1], ["w"] * n)
+            assert fixes == Repairs() and len(tree.children) == 1 and not tree.children[0].is_preterminal
+    assert finished >= 30  # most of the 36 end, with every rule respected
+
+
+def test_the_mask_of_a_partial_tree():
+    step = TreeConstrainedStep(RandomModel(0), SYMBOLS, torch.tensor([2]))
+    state = step.start(torch.full((1, 3), 5))
+    allowed = lambda: [s for s, ok in zip(SYMBOLS, step.allowed(state)[0].tolist()) if ok]  # noqa: E731
+    assert allowed() == ["(S", "(NP", "(VP"]  # a tree starts with its root bracket
+    for token, expected in [("(S", ["(S", "(NP", "(VP", "NN", "VB", "."]),  # no close right after an open
+                            ("(NP", ["(S", "(NP", "(VP", "NN", "VB", "."]),
+                            ("NN", ["(S", ")NP", "(NP", "(VP", "NN", "VB", "."]),  # only the innermost closes
+                            (")NP", ["(S", "(NP", "(VP", "NN", "VB", "."]),  # the root stays open: a word is left
+                            ("VB", [")S"]),  # every word has its tag: close
+                            (")S", ["</s>"])]:
+        _, state = step.step(torch.tensor([[SYMBOLS.index(token)]]), state)
+        assert sorted(allowed()) == sorted(expected), token
