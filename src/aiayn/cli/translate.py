@@ -105,6 +105,10 @@ def translate_stream(translator, stream: BinaryIO, name: str, out: TextIO, n_bes
 
 
 def run(args: argparse.Namespace) -> int:
+    if int(os.environ.get("WORLD_SIZE", 1)) > 1:  # under torchrun: each rank its share of the lines
+        from . import translate_ranks
+
+        return translate_ranks.run(args)
     translator = load_translator(args)
     name = args.input or "<stdin>"
     progress = None

@@ -1,0 +1,31 @@
+"""`torchrun -m aiayn translate`: 2 Gloo processes write the same output file as one process."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from aiayn.cli import main
+from test_translate import LINES, build_tiny_model_dir, data_dir  # noqa: F401  (a fixture)
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_two_ranks_write_the_file_one_process_writes(tmp_path, data_dir):
+    model = build_tiny_model_dir(tmp_path / "model", data_dir)
+    source = tmp_path / "in.txt"
+    lines = LINES + ["A dog runs.", "", "Three people sit on a bench.", "A child smiles.", "Rain."]  # 12 lines
+    source.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    assert main(["translate", "--model", str(model), "-i", str(source), "-o", str(tmp_path / "one.txt"), "-q"]) == 0
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "-m", "aiayn",
+               "translate", "--model", str(model), "-i", str(source), "-o", str(tmp_path / "two.txt"), "-q"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+    done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    one = (tmp_path / "one.txt").read_bytes()
+    assert (tmp_path / "two.txt").read_bytes() == one and one.count(b"\n") == 12
+    for rank in (0, 1):  # each rank translated its half: lines rank, rank + 2, ...
+        assert f"rank {rank} of 2 translated 6 of 12 lines" in done.stderr
+    assert not (tmp_path / "two.txt.tmp").exists()
