@@ -79,6 +79,8 @@ def beam_tree(model: Transformer | StepModel, src: Tensor, config: DecodeConfig 
     last = torch.tensor([[model.bos_id]], device=src.device)  # (1, 1)
     for t, token in enumerate(prefix):  # one hypothesis: no reordering needed
         log_probs, cache = model.step(last, cache)  # (1, V)
+        log_probs = log_probs.clone()
+        ban(log_probs, model)  # as the search sees them: the alternatives are tokens it could write
         probs = log_probs[0].float().exp()
         top = probs.topk(min(alternatives, probs.numel()))
         parent = nodes[-1]

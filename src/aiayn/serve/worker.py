@@ -85,7 +85,8 @@ class ModelWorker:
                     if not job.future.done():  # a client that went away has a cancelled future
                         job.future.set_result(result)
             except Exception as err:  # one bad batch fails its requests, never the worker
-                self.counters["failed"] += len(jobs)
+                if not isinstance(err, ApiError):
+                    self.counters["failed"] += len(jobs)
                 for job in jobs:
                     if not job.future.done():
                         job.future.set_exception(err)
