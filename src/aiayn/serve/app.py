@@ -37,86 +37,98 @@ SECURITY_HEADERS = [
 
 
 def build_app(translator: Translator, model_dir: str | Path, limits: Limits = Limits(), batching: bool = True,
-              src_lang: str | None = None, tgt_lang: str | None = None) -> Starlette:
+              src_lang: str | None = None, tgt_lang: str | None = None) -> Counted:
     """The app serving translator; model_dir is where it was loaded from (its run's results sit beside it)."""
-    model_dir = Path(model_dir)
-    worker = ModelWorker(translator, batching, limits.batch_window_ms / 1000, limits.max_queue, limits.max_batch_lines)
-    inspector = Inspector(translator)
-    config = translator.model.config
-    src_lang = src_lang or getattr(config, "src_lang", None)
-    tgt_lang = tgt_lang or getattr(config, "tgt_lang", None)
+    api = Api(translator, Path(model_dir), limits, batching, src_lang, tgt_lang)
+    app = Starlette(
+        routes=[
+            Route("/", api.index), Route("/favicon.ico", api.favicon),
+            Route("/api/health", api.health), Route("/api/model", api.model_info),
+            Route("/api/translate", api.translate, methods=["POST"]),
+            Route("/api/explain", api.explain, methods=["POST"]),
+            Route("/api/figures/softmax", api.softmax_figure), Route("/api/figures/positions", api.positions_figure),
+            Route("/api/figures/cost", api.cost_figure),
+            Mount("/static", StaticFiles(directory=STATIC)),
+        ],
+        exception_handlers={ApiError: api_error, HTTPException: http_error, Exception: internal_error},
+        lifespan=api.lifespan,
+    )
+    app.state.worker = api.worker
+    return Counted(app, api.worker)
 
-    async def health(request: Request) -> Response:
-        return JSONResponse({"status": "ok", "model_loaded": True, "batching": batching,
-                             "queued": worker.queue.qsize(), **worker.counters})
 
-    async def model_info(request: Request) -> Response:
-        model = translator.model
+class Api:
+    """The handlers: each checks its request, then asks the model worker or the figures."""
+
+    def __init__(self, translator: Translator, model_dir: Path, limits: Limits, batching: bool,
+                 src_lang: str | None, tgt_lang: str | None):
+        self.translator, self.model_dir, self.limits, self.batching = translator, model_dir, limits, batching
+        self.worker = ModelWorker(translator, batching, limits.batch_window_ms / 1000, limits.max_queue,
+                                  limits.max_batch_lines)
+        self.inspector = Inspector(translator)
+        self.config = config = translator.model.config
+        self.src_lang = src_lang or getattr(config, "src_lang", None)  # the options win over the directory
+        self.tgt_lang = tgt_lang or getattr(config, "tgt_lang", None)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(self, app: Starlette):
+        await self.worker.start()
+        yield
+        await self.worker.stop()
+
+    async def health(self, request: Request) -> Response:
+        return JSONResponse({"status": "ok", "model_loaded": True, "batching": self.batching,
+                             "queued": self.worker.queue.qsize(), **self.worker.counters})
+
+    async def model_info(self, request: Request) -> Response:
+        model, config = self.translator.model, self.config
         return JSONResponse({
-            "name": model_dir.name, "config": config.to_dict(), "decode": asdict(translator.config),
+            "name": self.model_dir.name, "config": config.to_dict(), "decode": asdict(self.translator.config),
             "parameters": model.num_parameters(), "parameter_counts": model.parameter_counts(),
-            "source_lang": src_lang, "target_lang": tgt_lang,
+            "source_lang": self.src_lang, "target_lang": self.tgt_lang,
             "vocab_size": config.vocab_size, "target_vocab_size": config.target_vocab_size,
             "encoder": {"layers": config.n_layers, "heads": config.n_heads},
-            "decoder": {"layers": config.decoder_layers, "heads": getattr(config, "n_decoder_heads", None) or config.n_heads},
-            "limits": asdict(limits),
+            "decoder": {"layers": config.decoder_layers,
+                        "heads": getattr(config, "n_decoder_heads", None) or config.n_heads},
+            "limits": asdict(self.limits),
         })
 
-    async def translate(request: Request) -> Response:
-        req = translate_request(await read_json(request, limits.max_body_bytes), limits, translator.config.beam_size)
-        encode_or_fail(translator, req.lines, "lines")
-        results = await worker.translate(req.lines, req.beam_size, req.alpha, req.n_best)
-        body: dict[str, Any] = {"translations": [h[0].text if h else "" for h in results],
-                                "scores": [h[0].score if h else 0.0 for h in results]}
+    async def translate(self, request: Request) -> Response:
+        body = await read_json(request, self.limits.max_body_bytes)
+        req = translate_request(body, self.limits, self.translator.config.beam_size)
+        encode_or_fail(self.translator, req.lines, "lines")
+        results = await self.worker.translate(req.lines, req.beam_size, req.alpha, req.n_best)
+        reply: dict[str, Any] = {"translations": [h[0].text if h else "" for h in results],
+                                 "scores": [h[0].score if h else 0.0 for h in results]}
         if req.n_best > 1:
-            body["n_best"] = [[{"text": t.text, "score": t.score} for t in h] for h in results]
-        return JSONResponse(body)
+            reply["n_best"] = [[{"text": t.text, "score": t.score} for t in h] for h in results]
+        return JSONResponse(reply)
 
-    async def explain(request: Request) -> Response:
-        req = explain_request(await read_json(request, limits.max_body_bytes), limits, config.target_vocab_size)
-        src_ids = encode_or_fail(translator, [req.source], "source")[0]
-        return JSONResponse(await worker.run_alone(lambda: inspector.explain(req, src_ids)))
+    async def explain(self, request: Request) -> Response:
+        body = await read_json(request, self.limits.max_body_bytes)
+        req = explain_request(body, self.limits, self.config.target_vocab_size)
+        src_ids = encode_or_fail(self.translator, [req.source], "source")[0]
+        return JSONResponse(await self.worker.run_alone(lambda: self.inspector.explain(req, src_ids)))
 
-    async def softmax_figure(request: Request) -> Response:
+    async def softmax_figure(self, request: Request) -> Response:
         q = request.query_params
         d_k = figures.query_int(q, "d_k", 64, 1, 4096)
         raw_scale = figures.query_float(q, "raw_scale", 2.0, 0.0, 10.0)
         scaled = q.get("scaled", "true") not in ("false", "0")
         return JSONResponse(figures.softmax_figure(d_k, raw_scale, scaled))
 
-    async def positions_figure(request: Request) -> Response:
-        length = figures.query_int(request.query_params, "length", 50, 1, min(512, config.max_len))
-        return JSONResponse(figures.positions_figure(config, length))
+    async def positions_figure(self, request: Request) -> Response:
+        length = figures.query_int(request.query_params, "length", 50, 1, min(512, self.config.max_len))
+        return JSONResponse(figures.positions_figure(self.config, length))
 
-    async def cost_figure(request: Request) -> Response:
-        return JSONResponse(figures.cost_figure(model_dir))
+    async def cost_figure(self, request: Request) -> Response:
+        return JSONResponse(figures.cost_figure(self.model_dir))
 
-    async def index(request: Request) -> Response:
+    async def index(self, request: Request) -> Response:
         return FileResponse(STATIC / "index.html")
 
-    async def favicon(request: Request) -> Response:
+    async def favicon(self, request: Request) -> Response:
         return FileResponse(STATIC / "favicon.svg", media_type="image/svg+xml")
-
-    @contextlib.asynccontextmanager
-    async def lifespan(app: Starlette):
-        await worker.start()
-        yield
-        await worker.stop()
-
-    app = Starlette(
-        routes=[
-            Route("/", index), Route("/favicon.ico", favicon),
-            Route("/api/health", health), Route("/api/model", model_info),
-            Route("/api/translate", translate, methods=["POST"]), Route("/api/explain", explain, methods=["POST"]),
-            Route("/api/figures/softmax", softmax_figure), Route("/api/figures/positions", positions_figure),
-            Route("/api/figures/cost", cost_figure),
-            Mount("/static", StaticFiles(directory=STATIC)),
-        ],
-        exception_handlers={ApiError: api_error, HTTPException: http_error, Exception: internal_error},
-        lifespan=lifespan,
-    )
-    app.state.worker = worker
-    return Counted(app, worker)
 
 
 def encode_or_fail(translator: Translator, lines: list[str], field: str) -> list[list[int]]:
