@@ -121,9 +121,11 @@ def _search(model: StepModel, cache, last: Tensor, nodes: list[Node], K: int, st
         for rank, (lp, index) in enumerate(zip(cand_lp.tolist(), flat.tolist())):
             parent, token = live[index // V], index % V
             ends = token == model.eos_id or t + 1 >= limit
+            if lp == -math.inf:  # impossible (banned, or not </s> at the limit): never kept nor ranked
+                continue
             if ends and rank < K:
                 node = Node(len(nodes), parent, token, t + 1, lp, finished=True, score=lp / penalty)
-            elif not ends and len(new_live) < K and lp > -math.inf:
+            elif not ends and len(new_live) < K:
                 node = Node(len(nodes), parent, token, t + 1, lp)
                 new_live.append((index // V, node.id))
             else:
