@@ -228,3 +228,10 @@ def test_model_and_figures(url):
 def test_serve_command_rejects_bad_limits(model_dir, capsys):
     assert main(["serve", "--model", str(model_dir), "--max-lines", "0"]) == 2
     assert "--max-lines must be positive" in capsys.readouterr().err
+
+
+def test_an_int8_model_is_served_with_its_parameter_count(model_dir, url):
+    with serving(model_dir, translator=Translator.load(model_dir, int8=True)) as base:
+        assert request(f"{base}/api/model")[2]["parameters"] == request(f"{url}/api/model")[2]["parameters"]
+        status, _, e = request(f"{base}/api/explain", {"source": LINES[0], "beam_size": 2})
+        assert status == 200 and len(e["attention"]["cross"]) == 2

@@ -15,6 +15,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+import torch
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
@@ -23,6 +24,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from ..decode.translate import SentenceTooLong, Translator
+from ..model import Transformer
 from . import figures
 from .explain import Inspector
 from .limits import ApiError, Limits, explain_request, translate_request
@@ -69,6 +71,9 @@ class Api:
         self.config = config = translator.model.config
         self.src_lang = src_lang or getattr(config, "src_lang", None)  # the options win over the directory
         self.tgt_lang = tgt_lang or getattr(config, "tgt_lang", None)
+        with torch.device("meta"):  # counted on an empty copy: the served one may be int8
+            shape = Transformer(config)
+        self.parameters = {"total": shape.num_parameters(), **shape.parameter_counts()}
 
     @contextlib.asynccontextmanager
     async def lifespan(self, app: Starlette):
@@ -81,10 +86,10 @@ class Api:
                              "queued": self.worker.queue.qsize(), **self.worker.counters})
 
     async def model_info(self, request: Request) -> Response:
-        model, config = self.translator.model, self.config
+        config = self.config
         return JSONResponse({
             "name": self.model_dir.name, "config": config.to_dict(), "decode": asdict(self.translator.config),
-            "parameters": model.num_parameters(), "parameter_counts": model.parameter_counts(),
+            "parameters": self.parameters["total"], "parameter_counts": self.parameters,
             "source_lang": self.src_lang, "target_lang": self.tgt_lang,
             "vocab_size": config.vocab_size, "target_vocab_size": config.target_vocab_size,
             "encoder": {"layers": config.n_layers, "heads": config.n_heads},
