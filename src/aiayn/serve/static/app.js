@@ -159,21 +159,23 @@ function drawTree() {
   const tree = state.explained.tree, box = $("beam-tree");
   box.replaceChildren();
   const nodes = tree.nodes, pos = new Map([[0, {x: 10, y: 20}]]);
-  const colWidth = 96, rowHeight = 22;
+  const colWidth = 96, rowHeight = 32;
   tree.steps.forEach((ids, s) => ids.forEach((id, r) => pos.set(id, {x: 10 + (s + 1) * colWidth, y: 20 + r * rowHeight})));
   const height = 30 + rowHeight * Math.max(1, ...tree.steps.map((ids) => ids.length));
   const svg = svgEl("svg", {width: 40 + colWidth * (tree.steps.length + 1), height}, box);
-  const best = bestPath(nodes, state.explained.target_ids.length);
+  const best = bestPath(nodes);
   for (const node of nodes.slice(1)) {
     const a = pos.get(node.parent), b = pos.get(node.id);
-    svgEl("line", {x1: a.x + 60, y1: a.y, x2: b.x, y2: b.y, class: best.has(node.id) ? "edge best" : "edge"}, svg);
+    svgEl("line", {x1: a.x + 62, y1: a.y + 2, x2: b.x - 2, y2: b.y + 2, class: best.has(node.id) ? "edge best" : "edge"}, svg);
   }
   for (const node of nodes) {
     const p = pos.get(node.id);
     const g = svgEl("g", {class: nodeClass(node, best), "data-testid": "tree-node", "data-node": node.id,
       "data-token": node.token, "data-best": best.has(node.id)}, svg);
-    svgEl("rect", {x: p.x - 2, y: p.y - 12, width: 64, height: 18, rx: 3}, g);
+    svgEl("rect", {x: p.x - 2, y: p.y - 12, width: 64, height: 28, rx: 3}, g);
     svgEl("text", {x: p.x + 2, y: p.y + 1}, g, node.parent === null ? "<s>" : showPiece(node.piece).slice(0, 9));
+    const score = node.finished ? `= ${node.score.toFixed(2)}` : node.log_prob.toFixed(2);
+    svgEl("text", {x: p.x + 2, y: p.y + 12, class: "score"}, g, node.parent === null ? "" : score);
     svgEl("title", {}, g, `${node.piece}  log P = ${node.log_prob.toFixed(3)}` +
       (node.finished ? `  score ${node.score.toFixed(3)} (finished)` : "") + (node.forced ? "  (forced)" : ""));
     if (node.parent !== null) g.addEventListener("click", () => force(pathTo(nodes, node.id)));
@@ -185,7 +187,7 @@ function nodeClass(node, best) {
 }
 
 // The ids of the best finished node and its ancestors.
-function bestPath(nodes, length) {
+function bestPath(nodes) {
   let bestId = null;
   for (const n of nodes) if (n.finished && (bestId === null || n.score > nodes[bestId].score)) bestId = n.id;
   const ids = new Set();
