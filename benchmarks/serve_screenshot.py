@@ -25,12 +25,16 @@ def main() -> None:
     parser.add_argument("--sentence", default="A man in a blue shirt is riding a bike down the street.")
     parser.add_argument("--port", type=int, default=8797)
     parser.add_argument("--chromium", default="/usr/bin/chromium")
-    parser.add_argument("--source-lang", default=None)
+    parser.add_argument("--source-lang", default=None, help="for a model directory that does not record it")
+    parser.add_argument("--target-lang", default=None)
     args = parser.parse_args()
     from playwright.sync_api import sync_playwright
 
     command = [sys.executable, "-m", "aiayn", "serve", "--model", args.model, "--port", str(args.port)]
-    server = subprocess.Popen(command + (["--source-lang", args.source_lang] if args.source_lang else []))
+    for name in ("source_lang", "target_lang"):
+        if getattr(args, name):
+            command += [f"--{name.replace('_', '-')}", getattr(args, name)]
+    server = subprocess.Popen(command)
     url = f"http://127.0.0.1:{args.port}"
     try:
         for _ in range(600):
