@@ -38,9 +38,11 @@ def memory_mib(pid: int, field: str) -> float:
     raise ValueError(f"no {field} for process {pid}")
 
 
-def start_server(model: str, port: int, batching: bool, threads: int) -> subprocess.Popen:
+def start_server(model: str, port: int, batching: bool, threads: int, passive: bool) -> subprocess.Popen:
     command = [sys.executable, "-m", "aiayn", "serve", "--model", model, "--port", str(port), "--max-queue", "4096"]
     env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
+    if passive:  # on cores shared with other work, PyTorch's spinning threads slow everything down
+        env["OMP_WAIT_POLICY"] = "PASSIVE"
     server = subprocess.Popen(command + ([] if batching else ["--no-batching"]), env=env)
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:
@@ -106,7 +108,7 @@ def level(port: int, lines: list[str], clients: int, seconds: float) -> dict:
 
 def run_mode(args: argparse.Namespace, lines: list[str], batching: bool) -> list[dict]:
     port = args.port + (0 if batching else 1)
-    server = start_server(args.model, port, batching, args.threads)
+    server = start_server(args.model, port, batching, args.threads, args.passive)
     try:
         level(port, lines, 4, args.warmup)  # warm-up: caches, allocator, first batches
         warm = memory_mib(server.pid, "VmRSS")
@@ -145,6 +147,7 @@ def main() -> None:
     parser.add_argument("--modes", default="batching,no-batching")
     parser.add_argument("--port", type=int, default=8790)
     parser.add_argument("--threads", type=int, default=2, help="the server's torch threads")
+    parser.add_argument("--passive", action="store_true", help="OMP_WAIT_POLICY=PASSIVE for the server (shared cores)")
     parser.add_argument("--sentences", default=str(SENTENCES))
     parser.add_argument("--json", help="also write the rows to this file")
     args = parser.parse_args()
