@@ -133,6 +133,8 @@ BAD = [
     ("explain", {"source": "a", "target_ids": [1, -2]}, None, 422, "target_ids[1]"),
     ("explain", {"source": "a", "target_ids": "12"}, None, 422, "target_ids"),
     ("explain", {"source": "a", "target_ids": [5] * 90}, None, 422, "target_ids"),
+    ("explain", {"source": "a", "target_ids": [5, 0]}, None, 422, "target_ids"),  # <pad>, never written
+    ("explain", {"source": "a", "target_ids": [5, 2, 5]}, None, 422, "target_ids"),  # </s> before the end
     ("explain", {"source": "a", "target": "b", "target_ids": [5]}, None, 422, "target_ids"),
 ]
 

@@ -72,8 +72,7 @@ def beam_tree(model: Transformer | StepModel, src: Tensor, config: DecodeConfig 
     model = as_step_model(model)
     K = config.beam_size
     limit = int(search_limits(model, src, config)[0])
-    if len(prefix) >= limit:
-        raise ValueError(f"the forced prefix has {len(prefix)} tokens; this source allows at most {limit - 1}")
+    check_prefix(model, list(prefix), limit)
     nodes = [Node(0, None, model.bos_id, 0, 0.0)]
     cache = model.start(src)
     last = torch.tensor([[model.bos_id]], device=src.device)  # (1, 1)
@@ -96,6 +95,17 @@ def beam_tree(model: Transformer | StepModel, src: Tensor, config: DecodeConfig 
     tree = Tree(nodes, [[n.id] for n in nodes[1 : len(prefix) + 1]] + steps, [], nodes[best].score)
     tree.best = tree.path(best)
     return tree
+
+
+def check_prefix(model: StepModel, prefix: list[int], limit: int) -> None:
+    """A prefix the search could have written: shorter than the limit, no banned token, </s> only last."""
+    if len(prefix) >= limit:
+        raise ValueError(f"the forced prefix has {len(prefix)} tokens; this source allows at most {limit - 1}")
+    for i, token in enumerate(prefix):
+        if token in model.banned:
+            raise ValueError(f"token {i + 1} of the forced prefix ({token}) is one the model never writes")
+        if token == model.eos_id and i < len(prefix) - 1:
+            raise ValueError(f"token {i + 1} of the forced prefix is </s>, which may only come last")
 
 
 def _search(model: StepModel, cache, last: Tensor, nodes: list[Node], K: int, start: int, limit: int,
