@@ -25,8 +25,7 @@ from torch import Tensor
 
 from ..config import DecodeConfig
 from ..model import Transformer
-from .beam import length_penalty
-from .step import StepModel, as_step_model, ban, force_eos, search_limits
+from .step import StepModel, as_step_model
 
 
 @dataclass
@@ -71,7 +70,7 @@ def beam_tree(model: Transformer | StepModel, src: Tensor, config: DecodeConfig 
     """The beam-search tree of one sentence src (1, S), after forcing the target tokens `prefix`."""
     model = as_step_model(model)
     K = config.beam_size
-    limit = int(search_limits(model, src, config)[0])
+    limit = _limit(model, src, config)
     check_prefix(model, list(prefix), limit)
     nodes = [Node(0, None, model.bos_id, 0, 0.0)]
     cache = model.start(src)
@@ -79,7 +78,7 @@ def beam_tree(model: Transformer | StepModel, src: Tensor, config: DecodeConfig 
     for t, token in enumerate(prefix):  # one hypothesis: no reordering needed
         log_probs, cache = model.step(last, cache)  # (1, V)
         log_probs = log_probs.clone()
-        ban(log_probs, model)  # as the search sees them: the alternatives are tokens it could write
+        _ban(log_probs, model)  # as the search sees them: the alternatives are tokens it could write
         probs = log_probs[0].float().exp()
         top = probs.topk(min(alternatives, probs.numel()))
         parent = nodes[-1]
@@ -120,9 +119,10 @@ def _search(model: StepModel, cache, last: Tensor, nodes: list[Node], K: int, st
     for t in range(start, limit):
         log_probs, cache = model.step(last, cache)  # (k, V), overwritten by the next step
         log_probs = log_probs.clone()
-        ban(log_probs, model)
-        if config.forced_eos and t + 1 >= limit:
-            force_eos(log_probs, torch.ones(len(live), dtype=torch.bool, device=log_probs.device), model.eos_id)
+        _ban(log_probs, model)
+        if config.forced_eos and t + 1 >= limit:  # at the limit only </s>, at log-probability 0 (HF's forced_eos)
+            log_probs.fill_(-math.inf)
+            log_probs[:, model.eos_id] = 0.0
         live_lp = torch.tensor([nodes[i].log_prob for i in live], device=log_probs.device)
         total = (live_lp[:, None] + log_probs).view(-1)  # (k * V,)
         cand_lp, flat = total.topk(min(2 * K, total.numel()))  # (C,), best first
@@ -156,8 +156,25 @@ def _search(model: StepModel, cache, last: Tensor, nodes: list[Node], K: int, st
     return steps, finished
 
 
+# beam_search's rules, restated here (decode/ reaches models only through StepModel; the tests hold
+# the tree's result to beam_search's).
+def _limit(model: StepModel, src: Tensor, config: DecodeConfig) -> int:
+    """Longest output, </s> included: source length + extra_len (§6.1), capped by config.max_len and
+    by the model's position table."""
+    caps = [c for c in (config.max_len, model.max_len) if c is not None]
+    return min([int((src != model.pad_id).sum()) + config.extra_len, *caps])
+
+
+def _ban(log_probs: Tensor, model: StepModel) -> None:
+    """The tokens the model never writes (padding, the start token) get log-probability -inf."""
+    log_probs[:, list(model.banned)] = -math.inf
+
+
 def _penalty(config: DecodeConfig, length: int) -> float:
-    return float(length_penalty(config.alpha, float(length), config.length_penalty))
+    """GNMT's ((5 + |Y|) / 6)^alpha (§6.1), or Hugging Face's |Y|^alpha ("power")."""
+    if config.length_penalty == "gnmt":
+        return ((5.0 + length) / 6.0) ** config.alpha
+    return float(length) ** config.alpha
 
 
 def _done(nodes: list[Node], live: list[tuple[int, int]], finished: list[int], K: int, limit: int, t: int,

@@ -84,7 +84,7 @@ function drawHeads(e, layer) {
 // --- positional encoding (§3.5) ------------------------------------------------------------------
 
 async function drawPositions(model) {
-  const f = await api("/api/figures/positions?length=50");
+  const f = await api(`/api/figures/positions?length=${Math.min(50, model.config.max_len)}`);
   const canvas = document.getElementById("pe-heatmap"), readout = document.getElementById("pe-readout");
   const cw = Math.max(1, Math.floor(640 / f.d_model)), ch = 6;
   canvas.width = f.d_model * cw;
