@@ -184,7 +184,7 @@ def _train(recipe: Recipe, out: Path, init: str | Path | None, log: Log) -> dict
                mininterval=1.0 if sys.stderr.isatty() else 60.0)
     saved_at, began, tokens_before = state.step, time.perf_counter() - state.elapsed, state.tokens
     model.train()
-    with deferred_sigint(log) as ctrl_c:  # Ctrl-C stops at the next step boundary
+    with deferred_sigint(log) as ctrl_c, bar:  # Ctrl-C stops at the next step boundary; the bar closes on errors too
         while not distributed.any_rank(ctrl_c.requested or stop(recipe, state.step, time.perf_counter() - began,
                                                                 stream.epoch), device):
             # 1. the learning rate of eq. (3)
@@ -229,7 +229,6 @@ def _train(recipe: Recipe, out: Path, init: str | Path | None, log: Log) -> dict
                 save(checkpoints, model, start.vocab_proto, optimizer, stream, state, time.perf_counter() - began, scaler,
                      cfg.keep_checkpoints)
                 saved_at = state.step
-    bar.close()
     elapsed = time.perf_counter() - began
     if state.step > saved_at:
         save(checkpoints, model, start.vocab_proto, optimizer, stream, state, elapsed, scaler, cfg.keep_checkpoints)
