@@ -200,3 +200,21 @@ def test_precision_flags():
         precision.autocast_dtype(True, True)
     assert not precision.grad_scaler(torch.device("cpu"), torch.bfloat16).is_enabled()
     assert precision.grad_scaler(torch.device("cpu"), torch.float16).is_enabled()
+
+
+def test_two_ranks_resumed_with_dropout_equal_a_straight_two_rank_run(reference, tmp_path):
+    """Issue 17, 2: each rank's RNG state is saved and each rank gets its own back, so dropout matches."""
+    recipe, _ = reference
+    straight, resumed = tmp_path / "straight", tmp_path / "resumed"
+    for out in (straight, resumed):
+        if out == resumed:  # the straight run's folder as it stood at step 2
+            shutil.copytree(straight, resumed, ignore=shutil.ignore_patterns(".aiayn.lock"))
+            shutil.rmtree(resumed / "checkpoints" / "step-4")
+        proc = torchrun(recipe, out, "--model.p_drop=0.1", "--train.max_steps=4")
+        text, _ = proc.communicate(timeout=240)
+        assert proc.returncode == 0, text
+    assert "resumed from" in text and "step-2" in text
+    state = load_state(resumed / "checkpoints" / "step-2")
+    assert len(state.rng) == 2 and not torch.equal(state.rng[0]["torch"], state.rng[1]["torch"])
+    a, b = weights(straight, 4), weights(resumed, 4)
+    assert all(torch.equal(a[k], b[k]) for k in a)
