@@ -278,3 +278,13 @@ def test_disk_full_during_a_checkpoint_keeps_the_earlier_ones(run, tmp_path, cap
     assert snapshot(out / "checkpoints") == before  # no .tmp-step-6, step-2 and step-4 intact
     monkeypatch.undo()
     assert main(train_args(out, "--train.max_steps=6")) == 0
+
+
+def test_average_never_writes_into_a_checkpoint_or_over_a_model_unasked(run, tmp_path, capsys):
+    out = copy_run(run, tmp_path / "run")
+    step = out / "checkpoints" / "step-4"
+    before = snapshot(out / "checkpoints")
+    refused(capsys, ["average", str(out), "--last", "2", "--out", str(step)], "input model")
+    refused(capsys, ["average", str(out), "--last", "2", "--out", str(out / "model")], "--force")
+    assert snapshot(out / "checkpoints") == before
+    assert main(["average", str(out), "--last", "2", "--out", str(out / "model"), "--force"]) == 0
