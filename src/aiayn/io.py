@@ -20,7 +20,7 @@ import torch
 from safetensors.torch import save_model as _save_weights
 from torch import Tensor, nn
 
-from . import __version__
+from . import __version__, faults
 from .config import ModelConfig
 from .model import Transformer
 
@@ -156,14 +156,26 @@ def _read_tensor(f, dtype: torch.dtype, shape: list[int], column_major: bool, ch
     return out
 
 
-def write_atomic(path: Path, data: bytes) -> None:
-    """Write to a temporary file beside path, then rename: a crash never leaves half a file."""
+def write_atomic(path: Path, data: bytes, fault: str | None = None) -> None:
+    """Write to a temporary file beside path, then rename: a crash never leaves half a file.
+
+    A failed write (a full disk) removes the temporary file. fault names the points `{fault}.partial`
+    and `{fault}.before-rename` of aiayn.faults.
+    """
     tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            if fault:
+                faults.point(f"{fault}.partial", partial=tmp)
+            os.fsync(f.fileno())
+        if fault:
+            faults.point(f"{fault}.before-rename")
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def save_model(model: Transformer, directory: str | Path, vocab_proto: bytes | None = None, **extra) -> Path:

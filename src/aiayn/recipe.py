@@ -30,6 +30,7 @@ class DataConfig:
     vocab_size: int = field(default=8000, metadata={"help": "shared BPE vocabulary (§5.1: ~37,000 En-De)"})
     max_subwords: int = field(default=256, metadata={"help": "longer pairs are filtered (and reported)"})
     vocab_sample: int = 2_000_000  # sentences SentencePiece trains on
+    vocab: str = field(default="", metadata={"help": "an existing SentencePiece model to use; \"\" = train one in OUT"})
 
 
 @dataclass
