@@ -305,6 +305,11 @@ def main() -> None:
     MMAP_THRESHOLD = args.malloc_mmap_threshold
     if args.quick:
         args.rounds, args.sentences, args.jobs = 1, 64, ["beam4-b32"]
+    import torch
+    from gemm import print_host_rates  # the host's own limits come first (issue 18)
+
+    torch.set_num_threads(THREADS)
+    print_host_rates()
     args.work.mkdir(parents=True, exist_ok=True)
     prepare(args.work)
     results: dict = {job: {e: [] for e in args.engines} for job in args.jobs}
