@@ -210,7 +210,7 @@ def test_a_full_queue_answers_503_with_retry_after(model_dir, translator):
 def test_model_and_figures(url):
     status, _, m = request(f"{url}/api/model")
     assert status == 200 and (m["source_lang"], m["target_lang"]) == ("en", "de")
-    assert m["vocab_size"] == 200 and m["encoder"] == {"layers": 2, "heads": 4} and m["parameters"] > 0
+    assert m["vocab_size"] == 200 and m["encoder"] == {"layers": 2, "heads": 4, "d_k": 16, "d_v": 16, "d_ff": 256} and m["parameters"] > 0
     _, _, f = request(f"{url}/api/figures/softmax?d_k=100&raw_scale=1.5&scaled=false")
     assert f["scores"] == pytest.approx([15.0, 7.5, 0.0])
     expected = [math.exp(s) / sum(math.exp(x) for x in f["scores"]) for s in f["scores"]]
@@ -232,8 +232,12 @@ def test_serve_command_rejects_bad_limits(model_dir, capsys):
     assert "--max-lines must be positive" in capsys.readouterr().err
 
 
-def test_an_int8_model_is_served_with_its_parameter_count(model_dir, url):
-    with serving(model_dir, translator=Translator.load(model_dir, int8=True)) as base:
-        assert request(f"{base}/api/model")[2]["parameters"] == request(f"{url}/api/model")[2]["parameters"]
+def test_an_int8_model_is_served_with_its_parameter_count_and_the_languages_it_records(model_dir, url):
+    int8 = Translator.load(model_dir, int8=True)
+    int8.model.config = int8.model.config.replace(src_lang="fr", tgt_lang="en")  # as training records them
+    with serving(model_dir, translator=int8, langs=(None, None)) as base:
+        m = request(f"{base}/api/model")[2]
+        assert m["parameters"] == request(f"{url}/api/model")[2]["parameters"]
+        assert (m["source_lang"], m["target_lang"]) == ("fr", "en")
         status, _, e = request(f"{base}/api/explain", {"source": LINES[0], "beam_size": 2})
         assert status == 200 and len(e["attention"]["cross"]) == 2

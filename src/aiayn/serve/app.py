@@ -69,8 +69,8 @@ class Api:
                                   limits.max_batch_lines)
         self.inspector = Inspector(translator)
         self.config = config = translator.model.config
-        self.src_lang = src_lang or getattr(config, "src_lang", None)  # the options win over the directory
-        self.tgt_lang = tgt_lang or getattr(config, "tgt_lang", None)
+        self.src_lang = src_lang or config.src_lang  # the options win over the directory
+        self.tgt_lang = tgt_lang or config.tgt_lang
         with torch.device("meta"):  # counted on an empty copy: the served one may be int8
             shape = Transformer(config)
         self.parameters = {"total": shape.num_parameters(), **shape.parameter_counts()}
@@ -92,9 +92,7 @@ class Api:
             "parameters": self.parameters["total"], "parameter_counts": self.parameters,
             "source_lang": self.src_lang, "target_lang": self.tgt_lang,
             "vocab_size": config.vocab_size, "target_vocab_size": config.target_vocab_size,
-            "encoder": {"layers": config.n_layers, "heads": config.n_heads},
-            "decoder": {"layers": config.decoder_layers,
-                        "heads": getattr(config, "n_decoder_heads", None) or config.n_heads},
+            "encoder": config.encoder._asdict(), "decoder": config.decoder._asdict(),
             "limits": asdict(self.limits),
         })
 
