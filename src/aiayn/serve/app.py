@@ -33,7 +33,7 @@ from .worker import ModelWorker
 STATIC = Path(__file__).parent / "static"
 # Nothing from elsewhere: scripts, styles, images and requests only from this server.
 SECURITY_HEADERS = [
-    (b"content-security-policy", b"default-src 'self'; img-src 'self' data:; style-src 'self' 'unsafe-inline'"),
+    (b"content-security-policy", b"default-src 'self'"),
     (b"x-content-type-options", b"nosniff"),
 ]
 
