@@ -150,6 +150,9 @@ def test_bad_input_gets_its_status_and_field_and_the_next_request_succeeds(url, 
 def test_wrong_routes_and_methods_are_json_errors(url):
     assert request(f"{url}/api/nothing")[0::2] == (404, {"error": "GET /api/nothing: Not Found", "field": None})
     assert request(f"{url}/api/translate")[0] == 405
+    assert request(f"{url}/static/..%2fapp.py")[0] == 404  # nothing outside the page's own files
+    status, headers, _ = request(f"{url}/api/health")
+    assert headers["content-security-policy"] == "default-src 'self'"  # the page loads nothing from elsewhere
 
 
 def test_32_concurrent_requests_are_batched_and_give_the_sequential_outputs(url):
