@@ -6,7 +6,8 @@ import argparse
 import importlib
 import sys
 
-# name -> (module under aiayn.cli, one-line help). Modules are imported only when their command runs.
+# name -> (module under aiayn.cli, one-line help). Each module is imported to add its arguments; what is
+# heavy to import (torch, the model) each imports inside run(), when its command runs.
 COMMANDS = {
     "info": ("info", "print a model configuration and its parameter counts"),
     "copy-demo": ("copy_demo", "train a tiny model on the copy task and decode a few sequences"),
@@ -16,6 +17,7 @@ COMMANDS = {
     "evaluate": ("evaluate", "score translations: sacreBLEU, tokenised BLEU, chrF, perplexity"),
     "parse": ("parse", "parse tokenised sentences into trees, one line per line (§6.3)"),
     "convert": ("convert", "convert a model: Marian (opus-mt) <-> aiayn, and to CTranslate2"),
+    "serve": ("serve", "a web page and JSON API: translate, attention, the beam tree, the paper's figures"),
 }
 
 

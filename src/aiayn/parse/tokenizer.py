@@ -39,6 +39,14 @@ class ParseTokenizer:
         return cls(Vocab.train(sentences, vocab_size), [*SPECIALS, *sorted(counts, key=lambda s: (-counts[s], s))])
 
     @property
+    def source_proto(self) -> bytes:  # what training's cache key hashes (aiayn.train.loop.tokenizer_digest)
+        return self.source.proto
+
+    @property
+    def target_proto(self) -> bytes:
+        return self.files()[TARGET_FILE]
+
+    @property
     def target_size(self) -> int:
         return len(self.symbols)
 
