@@ -59,17 +59,15 @@ def save_tokenizer(tokenizer: Vocab | MarianTokenizer, directory: str | Path) ->
 
 
 def load_any(
-    directory: str | Path, device: str | torch.device = "cpu", column_major: bool = False
+    directory: str | Path, device: str | torch.device = "cpu", read: io.Reader = io.read_safetensors
 ) -> tuple[Transformer, Vocab | MarianTokenizer, DecodeConfig | None]:
-    """An aiayn or Marian directory as (model, tokenizer, decode config or None for aiayn's defaults).
-
-    column_major: matrices stored transposed, for decoding on a CPU (aiayn.io.read_safetensors).
-    """
+    """An aiayn or Marian directory as (model, tokenizer, decode config or None for aiayn's defaults);
+    `read` reads the weights (aiayn.io.read_column_major for decoding on a CPU, MappedReads().read)."""
     if detect_format(directory) == "marian":
-        return load_marian(directory, device, column_major)
+        return load_marian(directory, device, read)
     meta = io.read_config(directory)
     decode = DecodeConfig(**meta["decode"]) if "decode" in meta else None
-    return io.load_model(directory, device, column_major), load_tokenizer(directory), decode
+    return io.load_model(directory, device, read), load_tokenizer(directory), decode
 
 
 def marian_to_aiayn(marian_dir: str | Path, out_dir: str | Path) -> Path:
