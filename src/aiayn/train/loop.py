@@ -177,7 +177,7 @@ def _train(recipe: Recipe, out: Path, init: str | Path | None, log: Log) -> dict
                mininterval=1.0 if sys.stderr.isatty() else 60.0)
     saved_at, began, tokens_before = state.step, time.perf_counter() - state.elapsed, state.tokens
     model.train()
-    with deferred_sigint(log) as ctrl_c, bar:  # Ctrl-C stops at the next step boundary; the bar closes on errors too
+    with deferred_sigint() as ctrl_c, bar:  # Ctrl-C stops at the next step boundary; the bar closes on errors too
         while not distributed.any_rank(ctrl_c.requested or stop(recipe, state.step, time.perf_counter() - began,
                                                                 stream.epoch), device):
             # 1. the learning rate of eq. (3)
@@ -222,6 +222,8 @@ def _train(recipe: Recipe, out: Path, init: str | Path | None, log: Log) -> dict
                 checkpoints.save(state, time.perf_counter() - began)
                 saved_at = state.step
     elapsed = time.perf_counter() - began
+    if ctrl_c.requested:
+        log(f"interrupted at step {state.step:,}: saving a checkpoint and evaluating (Ctrl-C again to quit)")
     if state.step > saved_at:
         checkpoints.save(state, elapsed)
     log(f"trained {state.step:,} steps in {elapsed / 60:.1f} min; about {state.flops:.3g} training FLOPs (Table 2's measure)")
