@@ -11,7 +11,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import random
@@ -27,13 +26,13 @@ from tqdm import tqdm
 
 from .. import faults
 from ..data.batching import Batch, BatchStream, collate, make_batches
-from ..data.corpus import EncodedCorpus, encode_pairs, find_file, read_parallel
+from ..data.corpus import EncodedCorpus, cache_key, encode_pairs, find_file, read_parallel
 from ..data.vocab import Vocab
 from ..io import load_model, write_atomic
 from ..model import Transformer
 from ..recipe import Recipe
 from . import distributed, precision, run_folder
-from .checkpoint import TrainState, average_checkpoints, checkpoint_steps, latest_checkpoint, resume, save
+from .checkpoint import Checkpoints, TrainState, average_checkpoints, checkpoint_steps
 from .flops import train_flops
 from .interrupt import deferred_sigint
 from .loss import label_smoothed_nll
@@ -82,18 +81,11 @@ def start_model(recipe: Recipe, out: Path, init: str | Path | None, log: Log) ->
     return Start(Transformer(recipe.model_config(len(vocab))).train(), vocab, vocab.proto)
 
 
-def tokenizer_digest(tokenizer) -> str:
-    """SHA-256 of a tokenizer's SentencePiece model(s): what an encoded cache depends on."""
-    protos = [getattr(tokenizer, name) for name in ("proto", "source_proto", "target_proto") if hasattr(tokenizer, name)]
-    return hashlib.sha256(b"".join(protos) or repr(tokenizer).encode()).hexdigest()
-
-
 def load_split(recipe: Recipe, prefix: str, tokenizer, cache: Path, log: Log) -> EncodedCorpus:
     """A parallel split, encoded and length-filtered once, then read back from cache (rebuilt if not whole)."""
     d = recipe.data
     src_path, tgt_path = find_file(prefix, d.src_lang), find_file(prefix, d.tgt_lang)
-    files = [(str(p.resolve()), p.stat().st_size, p.stat().st_mtime_ns) for p in (src_path, tgt_path)]
-    key = hashlib.sha256(json.dumps([files, tokenizer_digest(tokenizer), d.max_subwords]).encode()).hexdigest()
+    key = cache_key(src_path, tgt_path, tokenizer, d.max_subwords)
     corpus = EncodedCorpus.load(cache, key)
     distributed.barrier()  # every rank has looked before rank 0 writes the cache
     if corpus is not None:
@@ -167,9 +159,10 @@ def _train(recipe: Recipe, out: Path, init: str | Path | None, log: Log) -> dict
     dtype = precision.autocast_dtype(cfg.bf16, cfg.fp16)  # None = fp32, as in the paper
     precision.check_device(device, dtype)
     scaler = precision.grad_scaler(device, dtype)  # active for fp16 only
-    checkpoints = out / "checkpoints"
-    if (last := latest_checkpoint(checkpoints)) is not None:
-        state = resume(last, model, optimizer, stream, device, scaler, cfg.seed)
+    checkpoints = Checkpoints(out / "checkpoints", model, start.vocab_proto, optimizer, stream, scaler,
+                              cfg.keep_checkpoints)
+    if (last := checkpoints.latest()) is not None:
+        state = checkpoints.resume(last, device, cfg.seed)
         log(f"resumed from {last} (step {state.step:,}, {state.elapsed / 60:.1f} min, epoch {stream.epoch})")
     else:
         state = TrainState()
@@ -184,7 +177,7 @@ def _train(recipe: Recipe, out: Path, init: str | Path | None, log: Log) -> dict
                mininterval=1.0 if sys.stderr.isatty() else 60.0)
     saved_at, began, tokens_before = state.step, time.perf_counter() - state.elapsed, state.tokens
     model.train()
-    with deferred_sigint(log) as ctrl_c, bar:  # Ctrl-C stops at the next step boundary; the bar closes on errors too
+    with deferred_sigint() as ctrl_c, bar:  # Ctrl-C stops at the next step boundary; the bar closes on errors too
         while not distributed.any_rank(ctrl_c.requested or stop(recipe, state.step, time.perf_counter() - began,
                                                                 stream.epoch), device):
             # 1. the learning rate of eq. (3)
@@ -226,12 +219,13 @@ def _train(recipe: Recipe, out: Path, init: str | Path | None, log: Log) -> dict
             if main and cfg.eval_every and state.step % cfg.eval_every == 0:
                 evaluate(model, start.tokenizer, recipe, valid, valid_batches, device, writer, state.step, log)
             if cfg.save_every and state.step % cfg.save_every == 0:
-                save(checkpoints, model, start.vocab_proto, optimizer, stream, state, time.perf_counter() - began, scaler,
-                     cfg.keep_checkpoints)
+                checkpoints.save(state, time.perf_counter() - began)
                 saved_at = state.step
     elapsed = time.perf_counter() - began
+    if ctrl_c.requested:
+        log(f"interrupted at step {state.step:,}: saving a checkpoint and evaluating (Ctrl-C again to quit)")
     if state.step > saved_at:
-        save(checkpoints, model, start.vocab_proto, optimizer, stream, state, elapsed, scaler, cfg.keep_checkpoints)
+        checkpoints.save(state, elapsed)
     log(f"trained {state.step:,} steps in {elapsed / 60:.1f} min; about {state.flops:.3g} training FLOPs (Table 2's measure)")
     distributed.close(joined)  # the rest (averaging, the test set) is rank 0's alone
     if not main:
