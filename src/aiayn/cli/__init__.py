@@ -15,6 +15,7 @@ COMMANDS = {
     "translate": ("translate", "translate text with a model, one line per line (§6.1 beam search)"),
     "evaluate": ("evaluate", "score translations: sacreBLEU, tokenised BLEU, chrF, perplexity"),
     "convert": ("convert", "convert a model: Marian (opus-mt) <-> aiayn, and to CTranslate2"),
+    "paper": ("paper", "the paper's claims measured here: a report with figures (or: paper table3)"),
 }
 
 
