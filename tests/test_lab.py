@@ -6,8 +6,11 @@ import math
 
 import numpy as np
 import pytest
+import torch
 
-from aiayn.lab import cost, positions, softmax
+from aiayn.config import ModelConfig
+from aiayn.lab import cost, details, forcing, heads, paths, positions, recurrence, softmax, variations
+from aiayn.model import Transformer
 
 
 def test_scaling_scores_grow_like_sqrt_d_k():
@@ -82,7 +85,6 @@ def test_table2_costs_are_time_gpus_rate():
 
 # --- items 2-4: recurrence, recurrent against attention layers, Table 1 --------------------------------
 
-from aiayn.lab import details, forcing, heads, paths, recurrence, variations  # noqa: E402
 
 
 def test_recurrence_trace_matches_the_explanation():
@@ -135,10 +137,6 @@ def test_sequential_operations_and_layer_flops():
 
 # --- items 8 and 12 on a tiny model ----------------------------------------------------------------------
 
-import torch  # noqa: E402
-
-from aiayn.config import ModelConfig  # noqa: E402
-from aiayn.model import Transformer  # noqa: E402
 
 
 @pytest.fixture
