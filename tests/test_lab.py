@@ -246,3 +246,17 @@ def test_table3_counts_follow_the_layer_formula():
     assert rows["N=2"]["counted_m"] * 1e6 == V * D + 2 * (encoder + decoder)
     assert rows["h=16"]["counted_m"] == rows["base"]["counted_m"]  # heads split d_model, not add to it
     assert rows["big"]["paper_m"] == 213 and abs(rows["big"]["counted_m"] - 213) < 3
+
+
+def test_table3_small_changes_keep_the_papers_directions():
+    from aiayn.lab import table3
+
+    base = ModelConfig.preset("small")  # N=3, d_model=256, d_ff=1024, h=4: d_k=64 as in the paper
+    assert table3.small_changes("h=1", base) == {"n_heads": 1}
+    assert table3.small_changes("h=32", base) == {"n_heads": 16}  # 4 x h, as 32 = 4 x 8
+    assert table3.small_changes("d_k=16", base) == {"d_k": 16}
+    assert [table3.small_changes(f"N={n}", base)["n_layers"] for n in (2, 4, 8)] == [1, 2, 4]
+    assert table3.small_changes("d_model=1024", base) == {"d_model": 512}
+    assert table3.overrides({"label_smoothing": 0.0, "p_drop": 0.2}) == ["--train.label_smoothing=0.0", "--model.p_drop=0.2"]
+    assert [table3.agreement(a, b) for a, b in ((1, 1), (-1, 1), (0, 1), (1, 0))] == [
+        "same", "opposite", "no change here", "paper: no change"]

@@ -20,6 +20,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--layer", type=int, help="the encoder layer of item 6, from 1 (default: the one before the last)")
     parser.add_argument("--minutes", type=float, help="training minutes: of the lab's model, or of each Table 3 row")
     parser.add_argument("--rows", nargs="*", help="table3: the rows to run (e.g. h=1 d_k=16 N=2); default all")
+    parser.add_argument("--base", choices=["lab", "recipe"], default="lab",
+                        help="table3: the small base, the lab's 2+2-layer model (default) or the recipe's 3+3-layer one")
     parser.add_argument("--bleu-sentences", type=int, default=500, help="table3: validation sentences decoded for BLEU")
     parser.add_argument("--threads", type=int, default=0, help="torch CPU threads; 0 = 1 with --quick, else torch's default")
 
@@ -38,12 +40,14 @@ def model_and_run(args: argparse.Namespace, out: Path) -> tuple[Path, Path | Non
 
     run = out / "run"
     print(f"training a small Multi30k model into {run} ({'quick' if args.quick else 'a few minutes'}) ...")
-    results = train_small(run, args.quick, log=lambda _: None, minutes=args.minutes)
+    results = train_small(run, args.quick, log=lambda _: None, minutes=args.minutes, threads=args.threads)
     results.pop("recipe", None)
     return run / "model", run, results
 
 
 def report(args: argparse.Namespace) -> int:
+    import torch
+
     from ..lab.claims import verdict
     from ..lab.measure import measure_all
     from ..lab.report import write_report
@@ -52,7 +56,7 @@ def report(args: argparse.Namespace) -> int:
     model_dir, run, results = model_and_run(args, out)
     layer = None if args.layer is None else args.layer - 1
     m = measure_all(model_dir, run, results, args.quick, layer, print)
-    m["threads"] = __import__("torch").get_num_threads()
+    m["threads"] = torch.get_num_threads()
     path, claims = write_report(m, out)
     for c in claims:
         print(f"  {c.id:5s} {verdict(c):14s} {c.claim}")
@@ -67,7 +71,7 @@ def table3(args: argparse.Namespace) -> int:
     if args.minutes is None or args.minutes <= 0:
         raise ValueError("table3 needs --minutes M > 0: the training time of each row")
     out = Path(args.out) / "table3"
-    rows = run_table3(out, args.minutes, args.rows, args.bleu_sentences)
+    rows = run_table3(out, args.minutes, args.rows, args.bleu_sentences, args.threads, args.base)
     text = table_markdown(rows, args.minutes)
     write_atomic(out / "table3.md", text.encode())
     write_atomic(out / "table3.json", json.dumps(rows, indent=2).encode())

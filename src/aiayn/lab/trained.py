@@ -34,18 +34,21 @@ def multi30k_recipe(overrides: list[str]) -> Recipe:
     return recipe
 
 
-def lab_recipe(quick: bool, minutes: float | None = None) -> Recipe:
+def lab_recipe(quick: bool, minutes: float | None = None, threads: int = 0) -> Recipe:
     """The lab's short run of the Multi30k recipe (QUICK for CI, FULL otherwise)."""
     overrides = COMMON + (QUICK if quick else FULL)
     if minutes is not None:
         overrides.append(f"--train.max_minutes={minutes}")
+    if threads:
+        overrides.append(f"--train.threads={threads}")
     return multi30k_recipe(overrides)
 
 
-def train_small(out: Path, quick: bool, log: Callable[[str], None] = print, minutes: float | None = None) -> dict[str, Any]:
+def train_small(out: Path, quick: bool, log: Callable[[str], None] = print, minutes: float | None = None,
+                threads: int = 0) -> dict[str, Any]:
     """Train (or resume) the lab's model into out; return the run's results (out/model is the model)."""
     from ..train.loop import train
 
-    recipe = lab_recipe(quick, minutes)
+    recipe = lab_recipe(quick, minutes, threads)
     results = train(recipe, out, log=log)
     return {**results, "recipe": recipe}
