@@ -245,6 +245,9 @@ def test_table3_counts_follow_the_layer_formula():
     assert rows["base"]["counted_m"] * 1e6 == V * D + 6 * (encoder + decoder)
     assert rows["N=2"]["counted_m"] * 1e6 == V * D + 2 * (encoder + decoder)
     assert rows["h=16"]["counted_m"] == rows["base"]["counted_m"]  # heads split d_model, not add to it
+    # row B: W^Q and W^K of all 18 attention blocks shrink from D x D to D x (h d_k), d_v stays 64
+    saved = 18 * 2 * ((D * D + D) - (D * 8 * 16 + 8 * 16))
+    assert round((rows["base"]["counted_m"] - rows["d_k=16"]["counted_m"]) * 1e6) == saved
     assert rows["big"]["paper_m"] == 213 and abs(rows["big"]["counted_m"] - 213) < 3
 
 

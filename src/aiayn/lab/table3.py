@@ -24,7 +24,7 @@ BASES = {"lab": "the lab's model (2+2 layers, d_model 128, h 4)", "recipe": "the
 
 def small_changes(label: str, base: ModelConfig) -> dict[str, Any]:
     """The change of Table 3's row `label`, made relative to the small base."""
-    h, n, d_k = base.n_heads, base.n_layers, base.d_model // base.n_heads
+    h, n, d_k = base.n_heads, base.n_layers, base.encoder.d_k
     return {
         "h=1": {"n_heads": 1}, "h=4": {"n_heads": max(1, h // 2)}, "h=16": {"n_heads": 2 * h}, "h=32": {"n_heads": 4 * h},
         "d_k=16": {"d_k": max(1, d_k // 4)}, "d_k=32": {"d_k": max(1, d_k // 2)},
