@@ -46,7 +46,12 @@ def model_and_run(args: argparse.Namespace, out: Path) -> tuple[Path, Path | Non
 
 
 def report(args: argparse.Namespace) -> int:
+    import importlib.util
+
     import torch
+
+    if importlib.util.find_spec("matplotlib") is None:
+        raise ValueError("the report's figures need matplotlib: pip install 'aiayn[plots]'")
 
     from ..lab.claims import verdict
     from ..lab.measure import measure_all
@@ -57,6 +62,7 @@ def report(args: argparse.Namespace) -> int:
     layer = None if args.layer is None else args.layer - 1
     m = measure_all(model_dir, run, results, args.quick, layer, print)
     m["threads"] = torch.get_num_threads()
+    m["trained_here"] = not args.model
     path, claims = write_report(m, out)
     for c in claims:
         print(f"  {c.id:5s} {verdict(c):14s} {c.claim}")

@@ -105,7 +105,7 @@ def measure_all(model_dir: Path, run_dir: Path | None, results: dict[str, Any] |
     from .trained import REPO
 
     began = time.perf_counter()
-    m: dict[str, Any] = {"quick": quick, "model_dir": str(model_dir), "trained_here": run_dir is not None}
+    m: dict[str, Any] = {"quick": quick, "model_dir": str(model_dir)}
     log("theory: recurrence, paths, softmax, positions ...")
     m.update(theory(quick))
     model, tokenizer, _ = load_any(model_dir)

@@ -14,11 +14,11 @@ def _e(x: float | None) -> str:
 
 def intro(m: dict[str, Any]) -> list[tuple]:
     one = m["one"]
-    where = "trained here for this report" if m["trained_here"] else "given with --model"
+    where = "trained here for this report" if m.get("trained_here", False) else "given with --model"
     blocks = [("p", f"Model: {m['model_dir']} ({where}); {one['parameters']:,} parameters; "
                     f"{'--quick run' if m['quick'] else 'full run'}, measured in {m['seconds']:.0f} s with "
-                    f"{m['threads']} CPU thread(s). Timings vary from run to run and with the load of the machine.")]
-    if m["trained_here"] or one["parameters"] < 20_000_000:
+                    f"{m.get('threads', '?')} CPU thread(s). Timings vary from run to run and with the load of the machine.")]
+    if m.get("trained_here", False) or one["parameters"] < 20_000_000:
         blocks.append(("p", "This model is small and briefly trained, so the figures that read a trained model mean "
                             "little: the translation (item 1), where \"it\" looks (item 6), p(right token) (item 8) and "
                             "the averaged checkpoint (12.7). The claims about the arithmetic (2-5, 7, 8.1, 8.2, 12.1-12.5) "
