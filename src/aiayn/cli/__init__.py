@@ -17,6 +17,7 @@ COMMANDS = {
     "evaluate": ("evaluate", "score translations: sacreBLEU, tokenised BLEU, chrF, perplexity"),
     "convert": ("convert", "convert a model: Marian (opus-mt) <-> aiayn, and to CTranslate2"),
     "serve": ("serve", "a web page and JSON API: translate, attention, the beam tree, the paper's figures"),
+    "paper": ("paper", "the paper's claims measured here: a report with figures (or: paper table3)"),
 }
 
 
