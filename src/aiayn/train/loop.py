@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import math
 import random
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -21,7 +20,6 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from tqdm import tqdm
 
 from ..data.batching import Batch, BatchStream, collate, make_batches
 from ..data.corpus import EncodedCorpus, encode_pairs, find_file, read_parallel
@@ -29,7 +27,7 @@ from ..data.vocab import Vocab
 from ..io import load_model, save_model
 from ..model import Transformer
 from ..recipe import Recipe
-from . import distributed, precision
+from . import distributed, precision, progress
 from .checkpoint import average_checkpoints, checkpoint_steps, latest_checkpoint, load_state, rng_state, save_checkpoint, set_rng_state
 from .flops import train_flops
 from .loss import label_smoothed_nll
@@ -146,12 +144,11 @@ def train(recipe: Recipe, out_dir: str | Path, init: str | Path | None = None, l
     log(f"{model.num_parameters():,} parameters; {len(corpus):,} pairs, {len(stream)} batches an epoch; "
         f"{accum} micro-batch(es) of {t.batch_tokens:,} tokens per step x {world} process(es); device {device}")
     writer = tensorboard_writer(out) if main else None
-    bar = tqdm(initial=step, total=t.max_steps, disable=not main, dynamic_ncols=True,
-               mininterval=1.0 if sys.stderr.isatty() else 60.0)
+    bar = progress.ProgressBar(t, step, elapsed, stream.epochs_done, disable=not main)  # toward the nearest limit
     saved_at, began, tokens_before = step, time.perf_counter() - elapsed, tokens
     model.train()
     try:
-        while not distributed.any_rank(stop(recipe, step, time.perf_counter() - began, stream.epoch), device):
+        while not distributed.any_rank(stop(recipe, step, time.perf_counter() - began, stream.epochs_done), device):
             # 1. the learning rate of eq. (3)
             lr = rate(step + 1, model.config.d_model, t.warmup_steps, t.lr_factor)
             for group in optimizer.param_groups:
@@ -159,7 +156,7 @@ def train(recipe: Recipe, out_dir: str | Path, init: str | Path | None = None, l
             # 2. micro-batches: each rank's share; loss divided by the target tokens of the whole step
             step_batches = [stream.next() for _ in range(accum * world)]  # the same for any world size
             batches = [to_batch(corpus, ids, model, device) for ids in step_batches[rank::world]]  # r, r + world, ...
-            n_tokens = distributed.all_reduce_sum(sum(b.n_tgt for b in batches), device)
+            n_tokens = distributed.all_reduce_sum(sum(b.n_tgt for b in batches), device)  # real target tokens
             loss_sum = 0.0
             for i, b in enumerate(batches):
                 # all-reduce the gradients once, after the last micro-batch (DDP's no_sync before it)
@@ -178,12 +175,15 @@ def train(recipe: Recipe, out_dir: str | Path, init: str | Path | None = None, l
             optimizer.zero_grad(set_to_none=True)
             step += 1
             # 4. log, evaluate and checkpoint at intervals
-            tokens += sum(b.n_src + b.n_tgt for b in batches) * world  # source + target, padding excluded
+            n_src = distributed.all_reduce_sum(sum(b.n_src for b in batches), device)  # real source tokens
+            step_loss = distributed.all_reduce_sum(loss_sum, device) / n_tokens  # all ranks' loss per target token
+            tokens += n_src + n_tokens  # source + target, padding excluded
             rate_now = (tokens - tokens_before) / max(time.perf_counter() - began - elapsed, 1e-9)
-            bar.update(1)
-            bar.set_postfix(loss=f"{loss_sum / n_tokens:.3f}", lr=f"{lr:.2e}", tok_s=f"{rate_now:,.0f}", refresh=False)
+            bar.update(step, time.perf_counter() - began, stream.epochs_done, loss=f"{step_loss:.3f}", lr=f"{lr:.2e}",
+                       batch=f"{n_src:,.0f}+{n_tokens:,.0f}", tok_s=f"{rate_now:,.0f}")
             if writer and step % t.log_every == 0:
-                for name, value in (("loss", loss_sum / n_tokens), ("lr", lr), ("tokens_per_s", rate_now), ("flops", flops)):
+                for name, value in (("loss", step_loss), ("lr", lr), ("tokens_per_s", rate_now), ("src_tokens", n_src),
+                                    ("tgt_tokens", n_tokens), ("flops", flops)):
                     writer.add_scalar(f"train/{name}", value, step)
             if main and t.eval_every and step % t.eval_every == 0:
                 evaluate(model, tokenizer, recipe, valid, valid_batches, device, writer, step, log)
@@ -203,6 +203,7 @@ def train(recipe: Recipe, out_dir: str | Path, init: str | Path | None = None, l
         return {}
     results = finish(recipe, out, start, device, log)
     results.update(steps=step, minutes=elapsed / 60, train_flops=flops, tokens=tokens, epoch=stream.epoch,
+                   epochs_done=stream.epochs_done,
                    tokens_per_s=tokens / max(elapsed, 1e-9))
     (out / "results.json").write_text(json.dumps(results, indent=2))
     if writer:
@@ -210,10 +211,9 @@ def train(recipe: Recipe, out_dir: str | Path, init: str | Path | None = None, l
     return results
 
 
-def stop(recipe: Recipe, step: int, seconds: float, epoch: int) -> bool:
-    t = recipe.train
-    return (step >= t.max_steps or (t.max_minutes > 0 and seconds >= t.max_minutes * 60)
-            or (t.max_epochs > 0 and epoch > t.max_epochs))
+def stop(recipe: Recipe, step: int, seconds: float, epochs: float) -> bool:
+    """max_steps, max_minutes or max_epochs reached; epochs counts finished ones and the current one's fraction."""
+    return progress.stop(recipe.train, step, seconds, epochs)
 
 
 def save(directory: Path, step: int, model: Transformer, start: Start, optimizer, stream: BatchStream,

@@ -1,0 +1,107 @@
+"""What a run logs and where it stops: the all-reduced loss of several ranks, real tokens per step,
+max_epochs at the end of the epoch, and a progress bar toward the limit that ends the run."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import pytest
+import torch
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from aiayn.data.batching import BatchStream
+from aiayn.data.corpus import EncodedCorpus
+from aiayn.recipe import TrainConfig, load_recipe
+from aiayn.train import loop
+from aiayn.train.checkpoint import load_state
+from aiayn.train.progress import ProgressBar, nearest_limit, stop
+
+from test_distributed import DATA, seed_out_dir, torchrun, write_recipe
+
+STEPS = 4
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _restore_threads():
+    threads = torch.get_num_threads()
+    yield
+    torch.set_num_threads(threads)
+
+
+def logged(out: Path, name: str) -> list[float]:
+    """The TensorBoard scalars train/NAME of a run, in step order."""
+    events = EventAccumulator(str(out / "tensorboard"))
+    events.Reload()
+    return [e.value for e in sorted(events.Scalars(f"train/{name}"), key=lambda e: e.step)]
+
+
+def test_two_ranks_log_the_loss_of_all_ranks(tmp_path):
+    """Rank 0 logs the sum of both ranks' losses over both ranks' target tokens: what one process
+    logs for the same step's batches (2 micro-batches of 512 real tokens, either way)."""
+    if not (DATA / "multi30k").is_dir():
+        pytest.fail(f"the shared data folder is missing: {DATA}")
+    recipe = write_recipe(tmp_path / "tiny.yaml", DATA)
+    overrides = [f"--train.max_steps={STEPS}", "--train.log_every=1"]
+    one = tmp_path / "one"
+    loop.train(load_recipe(recipe, overrides), one, log=lambda _: None)
+    two = seed_out_dir(one, tmp_path / "two")
+    proc = torchrun(recipe, two, *overrides)
+    text, _ = proc.communicate(timeout=240)
+    assert proc.returncode == 0, text
+    assert "1 micro-batch(es) of 512 tokens per step x 2 process(es)" in text, text
+    assert len(logged(two, "loss")) == STEPS
+    assert logged(two, "loss") == pytest.approx(logged(one, "loss"), rel=1e-5)  # not about 1/2 of it
+    # The real tokens of each step: the stream's two batches, counted here from the encoded corpus.
+    corpus = EncodedCorpus.load(one / "data" / "train.pt")
+    src, tgt = [len(s) for s in corpus.src], [len(t) for t in corpus.tgt]
+    stream = BatchStream(src, tgt, 512, seed=1)
+    steps = [[stream.next() for _ in range(2)] for _ in range(STEPS)]
+    real = {name: [sum(lens[i] for batch in step for i in batch) for step in steps]
+            for name, lens in (("src_tokens", src), ("tgt_tokens", tgt))}
+    for name, expected in real.items():
+        assert logged(two, name) == logged(one, name) == expected, name
+    assert all(0.9 * 1024 <= max(s, t) <= 1024 for s, t in zip(real["src_tokens"], real["tgt_tokens"])), real
+
+
+def test_max_epochs_stops_at_the_end_of_the_epoch(tmp_path):
+    recipe = write_recipe(tmp_path / "tiny.yaml", DATA)
+    overrides = ["--train.max_epochs=1", "--train.effective_batch_tokens=0", "--train.max_steps=100000",
+                 "--train.save_every=0"]  # one batch a step; the only checkpoint is the last
+    out = tmp_path / "run"
+    results = loop.train(load_recipe(recipe, overrides), out, log=lambda _: None)
+    corpus = EncodedCorpus.load(out / "data" / "train.pt")
+    per_epoch = len(BatchStream([len(s) for s in corpus.src], [len(t) for t in corpus.tgt], 512, seed=1))
+    assert results["steps"] == per_epoch and results["epochs_done"] == 1
+    assert load_state(out / "checkpoints" / f"step-{per_epoch}")["data"] == {"epoch": 1, "index": per_epoch}
+
+
+@pytest.mark.parametrize("limits, step, seconds, epochs, expected", [
+    (dict(max_minutes=60), 10, 600.0, 0.5, (600.0, 3600, "s")),  # a time-limited run counts its seconds
+    (dict(max_minutes=60, max_steps=50), 40, 600.0, 0.5, (40, 50, "steps")),  # ... unless max_steps is nearer
+    (dict(max_minutes=60, max_epochs=2), 10, 600.0, 1.5, (1.5, 2, "epochs")),  # ... or max_epochs
+    (dict(), 10, 600.0, 0.5, (10, 100_000, "steps")),
+    (dict(max_minutes=60, max_epochs=2), 0, 0.0, 0.0, (0.0, 3600, "s")),  # at the start, time first
+])
+def test_the_nearest_limit(limits, step, seconds, epochs, expected):
+    assert tuple(nearest_limit(TrainConfig(**limits), step, seconds, epochs)) == expected
+
+
+def test_stop_at_each_limit():
+    t = TrainConfig(max_steps=50, max_minutes=1, max_epochs=2)
+    assert not stop(t, 49, 59.9, 1.99)
+    assert stop(t, 50, 0, 0) and stop(t, 0, 60, 0) and stop(t, 0, 0, 2.0)
+    assert not stop(TrainConfig(max_steps=50), 49, 1e9, 1e9)  # max_minutes and max_epochs 0: no limit
+
+
+def test_the_bar_of_a_time_limited_run_counts_seconds_then_the_nearer_limit():
+    file = io.StringIO()
+    t = TrainConfig(max_minutes=60, max_steps=1000)
+    bar = ProgressBar(t, 0, 0.0, 0.0, file=file)
+    bar.bar.mininterval = 0  # print every update
+    bar.update(1, 30.7, 0.01, loss="5.000")
+    assert "30/3600 s" in file.getvalue() and "step=1, loss=5.000" in file.getvalue()
+    assert "100000" not in file.getvalue() and "steps" not in file.getvalue()
+    bar.update(900, 60.0, 0.5, loss="2.000")  # 90% of max_steps, 2% of the time: the steps bind first
+    assert file.getvalue().rstrip().endswith("]") and "900/1000 steps" in file.getvalue()
+    bar.close()
