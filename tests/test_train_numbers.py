@@ -4,6 +4,7 @@ max_epochs at the end of the epoch, and a progress bar toward the limit that end
 from __future__ import annotations
 
 import io
+import json
 from pathlib import Path
 
 import pytest
@@ -11,7 +12,8 @@ import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from aiayn.data.batching import BatchStream
-from aiayn.data.corpus import EncodedCorpus
+from aiayn.data.corpus import EncodedCorpus, read_lines
+from aiayn.evaluate import sacre_bleu, tokenized_bleu
 from aiayn.recipe import TrainConfig, load_recipe
 from aiayn.train import loop
 from aiayn.train.checkpoint import load_state
@@ -64,16 +66,25 @@ def test_two_ranks_log_the_loss_of_all_ranks(tmp_path):
     assert all(0.9 * 1024 <= max(s, t) <= 1024 for s, t in zip(real["src_tokens"], real["tgt_tokens"])), real
 
 
-def test_max_epochs_stops_at_the_end_of_the_epoch(tmp_path):
+def test_max_epochs_stops_at_the_end_of_the_epoch_and_results_have_both_bleus(tmp_path):
     recipe = write_recipe(tmp_path / "tiny.yaml", DATA)
+    test = {lang: read_lines(f"{DATA / 'multi30k' / 'test_2016_flickr'}.{lang}.gz")[:20] for lang in ("en", "de")}
+    for lang, lines in test.items():
+        (tmp_path / f"test.{lang}").write_text("\n".join(lines) + "\n", encoding="utf-8")
     overrides = ["--train.max_epochs=1", "--train.effective_batch_tokens=0", "--train.max_steps=100000",
-                 "--train.save_every=0"]  # one batch a step; the only checkpoint is the last
+                 "--train.save_every=0", f"--data.test={tmp_path / 'test'}"]  # one batch a step; one checkpoint
     out = tmp_path / "run"
     results = loop.train(load_recipe(recipe, overrides), out, log=lambda _: None)
     corpus = EncodedCorpus.load(out / "data" / "train.pt")
     per_epoch = len(BatchStream([len(s) for s in corpus.src], [len(t) for t in corpus.tgt], 512, seed=1))
     assert results["steps"] == per_epoch and results["epochs_done"] == 1
     assert load_state(out / "checkpoints" / f"step-{per_epoch}")["data"] == {"epoch": 1, "index": per_epoch}
+    # results.json: sacreBLEU and the paper's tokenised BLEU of the same translations, German rules
+    hyp = (out / "test.hyp").read_text(encoding="utf-8").splitlines()
+    assert json.loads((out / "results.json").read_text()) == results
+    assert results["test_bleu"] == pytest.approx(sacre_bleu(hyp, test["de"]).score)
+    tokenized = tokenized_bleu(hyp, test["de"], "de")
+    assert (results["test_tokenized_bleu"], results["tokenized_signature"]) == (tokenized.score, tokenized.signature)
 
 
 @pytest.mark.parametrize("limits, step, seconds, epochs, expected", [

@@ -24,6 +24,7 @@ import torch
 from ..data.batching import Batch, BatchStream, collate, make_batches
 from ..data.corpus import EncodedCorpus, encode_pairs, find_file, read_parallel
 from ..data.vocab import Vocab
+from ..evaluate import tokenized_bleu
 from ..io import load_model, save_model
 from ..model import Transformer
 from ..recipe import Recipe
@@ -288,10 +289,12 @@ def finish(recipe: Recipe, out: Path, start: Start, device: torch.device, log: L
         began = time.perf_counter()
         hyp = translate_texts(model, start.tokenizer, src, t.beam_size, t.alpha, device)
         bleu, signature = sacrebleu_score(hyp, ref)
+        tokenized = tokenized_bleu(hyp, ref, d.tgt_lang)  # the paper's way (tensor2tensor's get_ende_bleu.sh)
         for s, h, r in list(zip(src, hyp, ref))[:3]:
             log(f"  source     {s}\n  reference  {r}\n  aiayn      {h}")
         log(f"test BLEU {bleu:.2f} on {len(src):,} sentences of {d.test} ({signature}), "
-            f"decoded in {time.perf_counter() - began:.0f} s")
-        results.update(test_bleu=bleu, signature=signature, test=d.test)
+            f"decoded in {time.perf_counter() - began:.0f} s; tokenised BLEU {tokenized.score:.2f} ({tokenized.signature})")
+        results.update(test_bleu=bleu, signature=signature, test_tokenized_bleu=tokenized.score,
+                       tokenized_signature=tokenized.signature, test=d.test)
         (out / "test.hyp").write_text("\n".join(hyp) + "\n")
     return results
