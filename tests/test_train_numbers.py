@@ -78,6 +78,7 @@ def test_max_epochs_stops_at_the_end_of_the_epoch_and_results_have_both_bleus(tm
     corpus = EncodedCorpus.load(out / "data" / "train.pt")
     per_epoch = len(BatchStream([len(s) for s in corpus.src], [len(t) for t in corpus.tgt], 512, seed=1))
     assert results["steps"] == per_epoch and results["epochs_done"] == 1
+    assert results["matmul_flops"] > 0 and results["device_seconds"] == pytest.approx(results["minutes"] * 60)
     assert load_state(out / "checkpoints" / f"step-{per_epoch}")["data"] == {"epoch": 1, "index": per_epoch}
     # results.json: sacreBLEU and the paper's tokenised BLEU of the same translations, German rules
     hyp = (out / "test.hyp").read_text(encoding="utf-8").splitlines()

@@ -184,7 +184,7 @@ def train(recipe: Recipe, out_dir: str | Path, init: str | Path | None = None, l
                        batch=f"{n_src:,.0f}+{n_tokens:,.0f}", tok_s=f"{rate_now:,.0f}")
             if writer and step % t.log_every == 0:
                 for name, value in (("loss", step_loss), ("lr", lr), ("tokens_per_s", rate_now), ("src_tokens", n_src),
-                                    ("tgt_tokens", n_tokens), ("flops", flops)):
+                                    ("tgt_tokens", n_tokens), ("matmul_flops", flops)):
                     writer.add_scalar(f"train/{name}", value, step)
             if main and t.eval_every and step % t.eval_every == 0:
                 evaluate(model, tokenizer, recipe, valid, valid_batches, device, writer, step, log)
@@ -198,13 +198,14 @@ def train(recipe: Recipe, out_dir: str | Path, init: str | Path | None = None, l
     elapsed = time.perf_counter() - began
     if step > saved_at:
         save(checkpoints, step, model, start, optimizer, stream, elapsed, flops, tokens, t.keep_checkpoints, scaler)
-    log(f"trained {step:,} steps in {elapsed / 60:.1f} min; about {flops:.3g} training FLOPs (Table 2's measure)")
+    log(f"trained {step:,} steps in {elapsed / 60:.1f} min on {world} process(es); {flops:.3g} FLOPs in the training "
+        f"steps' matrix products (counted from the shapes, padding included)")
     distributed.close(joined)  # the rest (averaging, the test set) is rank 0's alone
     if not main:
         return {}
     results = finish(recipe, out, start, device, log)
-    results.update(steps=step, minutes=elapsed / 60, train_flops=flops, tokens=tokens, epoch=stream.epoch,
-                   epochs_done=stream.epochs_done,
+    results.update(steps=step, minutes=elapsed / 60, device_seconds=elapsed * world, matmul_flops=flops, tokens=tokens,
+                   epoch=stream.epoch, epochs_done=stream.epochs_done,
                    tokens_per_s=tokens / max(elapsed, 1e-9))
     (out / "results.json").write_text(json.dumps(results, indent=2))
     if writer:
