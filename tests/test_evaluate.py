@@ -112,7 +112,8 @@ def test_french_hyphens_stay_whole_german_compounds_split():
     # French: Moses keeps "arc-en-ciel" as one token and nothing is split, so it is one token on each side:
     # Il y a un arc-en-ciel rouge ici .   against   Il y a un arc-en-ciel bleu ici .
     # n-gram precisions 7/8, 5/7, 3/6, 2/5; equal lengths, no brevity penalty.
-    tokenized = evaluate.tokenized_bleu(["Il y a un arc-en-ciel rouge ici."], ["Il y a un arc-en-ciel bleu ici."], "fr")
+    hyp, ref = "Il y a un arc-en-ciel rouge ici.", "Il y a un arc-en-ciel bleu ici."
+    tokenized = evaluate.tokenized_bleu([hyp], [ref], "fr")
     assert tokenized.score == pytest.approx(100 * (7 / 8 * 5 / 7 * 3 / 6 * 2 / 5) ** 0.25, abs=1e-6)
     assert "compound-split" not in tokenized.signature
     # German: "rot-weißes" becomes rot ##AT##-##AT## weißes (the hand count of test_tokenised_bleu_by_hand)

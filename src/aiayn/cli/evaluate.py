@@ -57,7 +57,8 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError("give --hyp, or --model with --src")
     if len(hyps) != len(refs):
         raise ValueError(f"{args.hyp} has {len(hyps)} lines but {args.ref} has {len(refs)}")
-    scores = [evaluate.sacre_bleu(hyps, refs), evaluate.tokenized_bleu(hyps, refs, lang or DEFAULT_LANG), evaluate.chrf(hyps, refs)]
+    tokenized = evaluate.tokenized_bleu(hyps, refs, lang or DEFAULT_LANG)
+    scores = [evaluate.sacre_bleu(hyps, refs), tokenized, evaluate.chrf(hyps, refs)]
     if args.json:
         out = {s.name: {"score": round(s.score, 4), "signature": s.signature} for s in scores}
         print(json.dumps({**out, **extra}))

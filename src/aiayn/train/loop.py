@@ -293,8 +293,8 @@ def finish(recipe: Recipe, out: Path, start: Start, device: torch.device, log: L
         tokenized = tokenized_bleu(hyp, ref, d.tgt_lang)  # the paper's way (tensor2tensor's get_ende_bleu.sh)
         for s, h, r in list(zip(src, hyp, ref))[:3]:
             log(f"  source     {s}\n  reference  {r}\n  aiayn      {h}")
-        log(f"test BLEU {bleu:.2f} on {len(src):,} sentences of {d.test} ({signature}), "
-            f"decoded in {time.perf_counter() - began:.0f} s; tokenised BLEU {tokenized.score:.2f} ({tokenized.signature})")
+        log(f"test BLEU {bleu:.2f} on {len(src):,} sentences of {d.test} ({signature}), decoded in "
+            f"{time.perf_counter() - began:.0f} s; tokenised BLEU {tokenized.score:.2f} ({tokenized.signature})")
         results.update(test_bleu=bleu, signature=signature, test_tokenized_bleu=tokenized.score,
                        tokenized_signature=tokenized.signature, test=d.test)
         (out / "test.hyp").write_text("\n".join(hyp) + "\n")
