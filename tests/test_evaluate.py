@@ -134,3 +134,27 @@ def test_tokenised_bleu_replaces_the_hypothesis_punctuation_only():
     curly, straight = "Er sagte “ja” und ging.", 'Er sagte "ja" und ging.'
     assert evaluate.tokenized_bleu([curly], [straight], "de").score == pytest.approx(100)
     assert evaluate.tokenized_bleu([straight], [curly], "de").score < 100
+
+
+def test_lang_comes_from_the_model_unless_given(tmp_path, data_dir, capsys):  # noqa: F811
+    model_dir = build_tiny_model_dir(tmp_path / "model", data_dir)
+    config = json.loads((model_dir / "config.json").read_text())
+    config["model"]["tgt_lang"] = "fr"  # a model that writes French
+    (model_dir / "config.json").write_text(json.dumps(config))
+    src = read_gz(data_dir / "multi30k" / "val.en.gz", 4)
+    ref = read_gz(data_dir / "multi30k" / "val.fr.gz", 4)
+    (tmp_path / "src.en").write_text("\n".join(src) + "\n", encoding="utf-8")
+    (tmp_path / "ref.fr").write_text("\n".join(ref) + "\n", encoding="utf-8")
+    argv = ["evaluate", "--model", str(model_dir), "--src", str(tmp_path / "src.en"), "--ref", str(tmp_path / "ref.fr"),
+            "--json", "--beam-size", "1"]
+
+    def signature(*extra: str) -> str:
+        assert main([*argv, *extra]) == 0
+        return json.loads(capsys.readouterr().out)["tokenised BLEU"]["signature"]
+
+    assert signature() == "hyp replace-unicode-punctuation|moses -l fr|multi-bleu"  # the model's language
+    assert signature("--lang", "de") == "hyp replace-unicode-punctuation|moses -l de|compound-split|multi-bleu"
+    hyp = tmp_path / "hyp.fr"
+    hyp.write_text("\n".join(ref) + "\n", encoding="utf-8")
+    assert main(["evaluate", "--hyp", str(hyp), "--ref", str(tmp_path / "ref.fr"), "--json"]) == 0
+    assert "moses -l de" in json.loads(capsys.readouterr().out)["tokenised BLEU"]["signature"]  # no model: de

@@ -12,14 +12,14 @@ import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from aiayn.data.batching import BatchStream
-from aiayn.data.corpus import EncodedCorpus, read_lines
+from aiayn.data.corpus import read_lines
+from aiayn.data.vocab import Vocab
 from aiayn.evaluate import sacre_bleu, tokenized_bleu
 from aiayn.recipe import TrainConfig, load_recipe
 from aiayn.train import loop
-from aiayn.train.checkpoint import load_state
 from aiayn.train.progress import ProgressBar, nearest_limit, stop
 
-from test_distributed import DATA, seed_out_dir, torchrun, write_recipe
+from test_distributed import DATA, load_state, seed_out_dir, torchrun, write_recipe
 
 STEPS = 4
 
@@ -29,6 +29,14 @@ def _restore_threads():
     threads = torch.get_num_threads()
     yield
     torch.set_num_threads(threads)
+
+
+def train_lengths(recipe: Path, out: Path) -> tuple[list[int], list[int]]:
+    """Subword lengths of the run's encoded training pairs (its cache, checked and read back)."""
+    r = load_recipe(recipe)
+    corpus = loop.load_split(r, r.data.train, Vocab.load(out / "spm.model"), out / "data" / "train.safetensors",
+                             lambda _: None)
+    return [len(s) for s in corpus.src], [len(t) for t in corpus.tgt]
 
 
 def logged(out: Path, name: str) -> list[float]:
@@ -55,8 +63,7 @@ def test_two_ranks_log_the_loss_of_all_ranks(tmp_path):
     assert len(logged(two, "loss")) == STEPS
     assert logged(two, "loss") == pytest.approx(logged(one, "loss"), rel=1e-5)  # not about 1/2 of it
     # The real tokens of each step: the stream's two batches, counted here from the encoded corpus.
-    corpus = EncodedCorpus.load(one / "data" / "train.pt")
-    src, tgt = [len(s) for s in corpus.src], [len(t) for t in corpus.tgt]
+    src, tgt = train_lengths(recipe, one)
     stream = BatchStream(src, tgt, 512, seed=1)
     steps = [[stream.next() for _ in range(2)] for _ in range(STEPS)]
     real = {name: [sum(lens[i] for batch in step for i in batch) for step in steps]
@@ -75,11 +82,10 @@ def test_max_epochs_stops_at_the_end_of_the_epoch_and_results_have_both_bleus(tm
                  "--train.save_every=0", f"--data.test={tmp_path / 'test'}"]  # one batch a step; one checkpoint
     out = tmp_path / "run"
     results = loop.train(load_recipe(recipe, overrides), out, log=lambda _: None)
-    corpus = EncodedCorpus.load(out / "data" / "train.pt")
-    per_epoch = len(BatchStream([len(s) for s in corpus.src], [len(t) for t in corpus.tgt], 512, seed=1))
+    per_epoch = len(BatchStream(*train_lengths(recipe, out), 512, seed=1))
     assert results["steps"] == per_epoch and results["epochs_done"] == 1
     assert results["matmul_flops"] > 0 and results["device_seconds"] == pytest.approx(results["minutes"] * 60)
-    assert load_state(out / "checkpoints" / f"step-{per_epoch}")["data"] == {"epoch": 1, "index": per_epoch}
+    assert load_state(out / "checkpoints" / f"step-{per_epoch}").data == {"epoch": 1, "index": per_epoch}
     # results.json: sacreBLEU and the paper's tokenised BLEU of the same translations, German rules
     hyp = (out / "test.hyp").read_text(encoding="utf-8").splitlines()
     assert json.loads((out / "results.json").read_text()) == results
@@ -116,4 +122,6 @@ def test_the_bar_of_a_time_limited_run_counts_seconds_then_the_nearer_limit():
     assert "100000" not in file.getvalue() and "steps" not in file.getvalue()
     bar.update(900, 60.0, 0.5, loss="2.000")  # 90% of max_steps, 2% of the time: the steps bind first
     assert file.getvalue().rstrip().endswith("]") and "900/1000 steps" in file.getvalue()
-    bar.close()
+    with bar:  # closes on leaving, errors too
+        pass
+    assert bar.bar.disable  # tqdm's mark of a closed bar

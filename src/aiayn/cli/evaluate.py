@@ -52,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
             args.batch_size, translator.device,
         )
         extra = {"perplexity": ppl, "reference_tokens": n}
-        lang = lang or getattr(translator.model.config, "tgt_lang", None)  # what the model was trained to write
+        lang = lang or translator.model.config.tgt_lang  # what the model was trained to write
     else:
         raise ValueError("give --hyp, or --model with --src")
     if len(hyps) != len(refs):

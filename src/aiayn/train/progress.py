@@ -79,3 +79,9 @@ class ProgressBar:
 
     def close(self) -> None:
         self.bar.close()
+
+    def __enter__(self) -> ProgressBar:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()  # on errors too
