@@ -12,6 +12,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--init", help="start from an aiayn model directory or a Hugging Face Marian directory")
     parser.add_argument("overrides", nargs=argparse.REMAINDER,
                         help="recipe overrides such as --train.max_minutes=30 --model.d_model=256")
+    parser.set_defaults(_help=parser.format_help)  # `train RECIPE --help`: REMAINDER swallows --help
 
 
 def run(args: argparse.Namespace) -> int:
@@ -23,7 +24,27 @@ def run(args: argparse.Namespace) -> int:
     options.add_argument("--out", default=args.out)
     options.add_argument("--init", default=args.init)
     known, overrides = options.parse_known_args(args.overrides)
+    if "-h" in overrides or "--help" in overrides:
+        print(args._help(), end="")
+        return 0
     recipe = load_recipe(args.recipe, overrides)
     out = Path(known.out) if known.out else Path("runs") / Path(args.recipe).stem
+    check_before_training(recipe, out)
     train(recipe, out, init=known.init)
     return 0
+
+
+def check_before_training(recipe, out: Path) -> None:
+    """What would otherwise fail only after minutes of work: --out must be a folder (or not yet exist), and
+    each split named in the recipe two files with text."""
+    from ..data.corpus import check_split
+
+    for folder in (out, *out.parents):
+        if folder.exists() and not folder.is_dir():
+            raise NotADirectoryError(f"--out {out}: {folder} is a file, not a folder")
+        if folder.exists():
+            break
+    d = recipe.data
+    for field in ("train", "valid", "test"):
+        if getattr(d, field) or field != "test":
+            check_split(getattr(d, field), d.src_lang, d.tgt_lang, f"data.{field}")
