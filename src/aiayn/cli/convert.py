@@ -33,6 +33,9 @@ def run(args: argparse.Namespace) -> int:
     if args.quantization and args.to != "ctranslate2":
         raise ValueError("--quantization applies to --to ctranslate2 only")
     out = Path(args.output)
+    file = next((f for f in (out, *out.parents) if f.exists() and not f.is_dir()), None)
+    if file is not None:  # the output is a model directory: refuse before any work
+        raise NotADirectoryError(f"{out}: {'it' if file == out else file} is a file, not a folder")
     if args.to != "ctranslate2" and (out / "config.json").exists() and not args.force:
         raise ValueError(f"{out} already holds a model; pass --force to replace it")
     if Path(args.input).resolve() == out.resolve():

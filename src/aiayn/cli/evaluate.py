@@ -33,6 +33,8 @@ def run(args: argparse.Namespace) -> int:
     from .. import evaluate
 
     refs = read_file(args.ref)
+    if not refs:
+        raise ValueError(f"{args.ref}: empty file; there is nothing to score")
     scores, extra = [], {}
     if args.hyp:
         hyps = read_file(args.hyp)
