@@ -143,8 +143,8 @@ def check_fields(config: Any, ranges: dict[str, tuple[float, float | None]]) -> 
             raise ValueError(f"{f.name} = {value!r}: expected {_type_name(hints[f.name])}")
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             continue
-        if not math.isfinite(value):
-            raise ValueError(f"{f.name} = {value!r}: must be a finite number")
+        if not math.isfinite(value) or abs(value) >= 2**31:  # beyond int32, sizes overflow torch's int64 products
+            raise ValueError(f"{f.name} = {value!r}: must be a finite number below 2**31")
         if f.name in ranges:
             low, high = ranges[f.name]
             above = value > low if f.name in OPEN_BELOW else value >= low

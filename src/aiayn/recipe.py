@@ -132,8 +132,8 @@ def _convert(value: Any, hint: Any, where: str) -> Any:
                     raise ValueError
                 return int(number)
             return hint(value)
-        except (TypeError, ValueError):
-            raise ValueError(f"{where}: expected {hint.__name__}, got {value!r}") from None
+        except (TypeError, ValueError, OverflowError):
+            raise ValueError(f"{where}: expected {hint.__name__}, got {value!r}"[:200]) from None
     return value
 
 

@@ -67,7 +67,10 @@ def load_any(
     if detect_format(directory) == "marian":
         return load_marian(directory, device, column_major)
     meta = io.read_config(directory)
-    decode = DecodeConfig(**meta["decode"]) if "decode" in meta else None
+    try:
+        decode = DecodeConfig.from_dict(meta["decode"]) if "decode" in meta else None
+    except ValueError as err:
+        raise ValueError(f"{Path(directory) / io.CONFIG}: decode: {err}") from None
     return io.load_model(directory, device, column_major), load_tokenizer(directory), decode
 
 
