@@ -152,6 +152,19 @@ def test_translate_files_are_checked_before_the_model_loads(work, capsys, where,
     fails(argv, capsys, work, expected.format(dir=work))
 
 
+def test_translate_reads_a_pipe_given_as_input(work, capsys):
+    """-i /dev/fd/N (bash's `-i <(cmd)`): not a regular file, still read, and read once."""
+    read, write = os.pipe()
+    os.write(write, b"A man.\n\nTwo dogs.\n")
+    os.close(write)
+    try:
+        assert main(["translate", "--model", str(work / "model"), "-i", f"/dev/fd/{read}", "--max-len", "2"]) == 0
+    finally:
+        os.close(read)
+    out = capsys.readouterr().out
+    assert out.count("\n") == 3 and out.splitlines()[1] == ""
+
+
 def test_translate_into_a_closed_pipe_ends_quietly(work):
     """`aiayn translate ... | head -1`: the reader is gone; exit 141 (128 + SIGPIPE), nothing on stderr."""
     (work / "in.txt").write_text("A man.\n" * 50)
@@ -239,6 +252,17 @@ def test_evaluate_empty_files(tmp_path, capsys):
     (tmp_path / "ref").write_text("")
     fails(["evaluate", "--hyp", str(tmp_path / "hyp"), "--ref", str(tmp_path / "ref")], capsys, tmp_path,
           f"{tmp_path / 'ref'}: empty file")
+
+
+def test_evaluate_save_hyp_into_a_directory_is_refused_before_translating(work, capsys):
+    src = str(work / "in.txt")
+    fails(["evaluate", "--model", str(work / "no-model"), "--src", src, "--ref", src, "--save-hyp", str(work)],
+          capsys, work, f"--save-hyp {work}: a directory")
+
+
+def test_average_last_zero(work, capsys):
+    fails(["average", str(work / "model"), "--last", "0", "--out", str(work / "avg")], capsys, work,
+          "argument --last: must be at least 1, got 0")
 
 
 @pytest.mark.parametrize("out", ["in.txt", "in.txt/hf"])

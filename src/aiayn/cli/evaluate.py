@@ -10,7 +10,7 @@ import argparse
 import json
 from pathlib import Path
 
-from .translate import add_search_arguments, chunks, load_translator, read_lines
+from .translate import add_search_arguments, check_output, chunks, load_translator, read_lines
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -32,6 +32,7 @@ def read_file(path: str) -> list[str]:
 def run(args: argparse.Namespace) -> int:
     from .. import evaluate
 
+    check_output(args.save_hyp, "--save-hyp")
     refs = read_file(args.ref)
     if not refs:
         raise ValueError(f"{args.ref}: empty file; there is nothing to score")

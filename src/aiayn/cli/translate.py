@@ -75,19 +75,24 @@ def number(above: float | None = None, at_most: float | None = None):
 
 
 def check_files(args: argparse.Namespace) -> None:
-    """Before the model loads: -i is a readable file, -o a file name in an existing folder."""
+    """Before the model loads: -i is a file (or a pipe) to read, -o a file name in an existing folder."""
     if args.input is not None:
         if Path(args.input).is_dir():
             raise IsADirectoryError(f"--input {args.input}: a directory, not a text file")
-        if not Path(args.input).is_file():
+        if not Path(args.input).exists():
             raise FileNotFoundError(f"--input {args.input}: no such file")
-    if args.output is not None:
-        out = Path(args.output)
+    check_output(args.output, "--output")
+
+
+def check_output(path: str | None, flag: str) -> None:
+    """path (if given) names a file that can be written: not a directory, in a folder that exists."""
+    if path is not None:
+        out = Path(path)
         if out.is_dir():
-            raise IsADirectoryError(f"--output {out}: a directory; give the name of the file to write")
+            raise IsADirectoryError(f"{flag} {out}: a directory; give the name of the file to write")
         if not out.parent.is_dir():
             what = "is a file, not a folder" if out.parent.exists() else "does not exist"
-            raise NotADirectoryError(f"--output {out}: its folder {out.parent} {what}")
+            raise NotADirectoryError(f"{flag} {out}: its folder {out.parent} {what}")
 
 
 def load_translator(args: argparse.Namespace):
@@ -158,7 +163,7 @@ def run(args: argparse.Namespace) -> int:
     translator = load_translator(args)
     name = args.input or "<stdin>"
     progress = None
-    if args.input and not args.quiet:
+    if args.input and not args.quiet and Path(args.input).is_file():  # a pipe (-i <(cmd)) is read once only
         from tqdm import tqdm
 
         with open(args.input, "rb") as f:

@@ -27,9 +27,12 @@ def read_json(path: Path) -> dict:
     if not path.is_file():
         raise FileNotFoundError(f"{path.parent}: no {path.name}; not a Marian model directory")
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as err:
         raise ValueError(f"{path}: not valid JSON ({err})") from None
+    if not isinstance(value, dict):
+        raise ValueError(f"{path}: expected a JSON object, not {json.dumps(value)[:40]}")
+    return value
 
 
 def read_vocab(path: Path) -> dict[str, int]:
