@@ -206,6 +206,7 @@ def test_recipe_with_a_yaml_syntax_error(corpus, capsys):
     (["--data.train=[a, b]"], "override '--data.train=[a, b]': expected str"),
     (["--model.d_model=30"], "model: d_model 30 is not divisible by n_heads 4"),
     (["--model.p_drop=-0.1"], "model: p_drop = -0.1: must be at least 0"),
+    (["--data.max_subwords=2000"], "data.max_subwords 2000 is more than model.max_len 1024"),
 ])
 def test_recipe_values_out_of_range(corpus, capsys, overrides, expected):
     train_fails(corpus, capsys, overrides, expected)

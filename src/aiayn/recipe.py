@@ -122,7 +122,7 @@ def _convert(value: Any, hint: Any, where: str) -> Any:
         raise ValueError(f"{where}: expected true or false, got {value!r}")
     if hint in (int, float, str):
         if isinstance(value, (bool, list, dict)) or value is None:  # str([1]) or int(True) would pass silently
-            raise ValueError(f"{where}: expected {hint.__name__}, got {value!r}"[:200])
+            raise ValueError(f"{where}: expected {hint.__name__}, got {_short(value)}")
         if hint is int and isinstance(value, float) and not value.is_integer():
             raise ValueError(f"{where}: expected an integer, got {value!r}")
         try:
@@ -133,8 +133,13 @@ def _convert(value: Any, hint: Any, where: str) -> Any:
                 return int(number)
             return hint(value)
         except (TypeError, ValueError, OverflowError):
-            raise ValueError(f"{where}: expected {hint.__name__}, got {value!r}"[:200]) from None
+            raise ValueError(f"{where}: expected {hint.__name__}, got {_short(value)}") from None
     return value
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _set(recipe: Recipe, section: str, name: str, value: Any, where: str) -> None:
@@ -191,9 +196,11 @@ def check_recipe(recipe: Recipe, where: str = "") -> None:
         except ValueError as err:
             raise ValueError(f"{where}{section}.{err}") from None
     try:
-        recipe.model_config(recipe.data.vocab_size)
+        model = recipe.model_config(recipe.data.vocab_size)
     except ValueError as err:
         raise ValueError(f"{where}model: {err}") from None
+    if recipe.data.max_subwords > model.max_len:  # a kept pair must fit the position table
+        raise ValueError(f"{where}data.max_subwords {recipe.data.max_subwords} is more than model.max_len {model.max_len}")
 
 
 def read_yaml(path: Path) -> Any:
