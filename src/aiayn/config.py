@@ -9,6 +9,7 @@ matter of configuration, not of a second model.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import types
 import typing
@@ -136,7 +137,7 @@ OPEN_ABOVE = {"beta1", "beta2", "label_smoothing"}  # below their high, not equa
 
 def check_fields(config: Any, ranges: dict[str, tuple[float, float | None]]) -> None:
     """Every field of a config dataclass has its annotated type, and every number its range: a ValueError naming it."""
-    hints = typing.get_type_hints(type(config))
+    hints = _type_hints(type(config))
     for f in dataclasses.fields(config):
         value = getattr(config, f.name)
         if not _has_type(value, hints[f.name]):
@@ -154,6 +155,11 @@ def check_fields(config: Any, ranges: dict[str, tuple[float, float | None]]) -> 
                 if high is not None:
                     bound += f" and {'below' if f.name in OPEN_ABOVE else 'at most'} {high}"
                 raise ValueError(f"{f.name} = {value!r}: must be {bound}")
+
+
+@functools.cache
+def _type_hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
 
 
 def _has_type(value: Any, hint: Any) -> bool:
