@@ -5,14 +5,12 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from .translate import at_least
-
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("inputs", nargs="+",
                         help="model directories to average, or a training output folder (its last K checkpoints)")
     parser.add_argument("--out", required=True, help="the averaged model directory to write")
-    parser.add_argument("--last", type=at_least(1), default=5, help="checkpoints to take from a training folder (5 base, 20 big)")
+    parser.add_argument("--last", type=int, default=5, help="checkpoints to take from a training folder (5 base, 20 big)")
 
 
 def run(args: argparse.Namespace) -> int:

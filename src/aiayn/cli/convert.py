@@ -27,15 +27,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from ..marian import aiayn_to_marian, detect_format, marian_to_aiayn, to_ctranslate2
 
+    from .paths import check_output_folder
+
+    check_output_folder(args.output, "output")
     found = detect_format(args.input)
     if args.source != "auto" and args.source != found:
         raise ValueError(f"{args.input}: --from {args.source}, but its config.json is a {found} model")
     if args.quantization and args.to != "ctranslate2":
         raise ValueError("--quantization applies to --to ctranslate2 only")
     out = Path(args.output)
-    file = next((f for f in (out, *out.parents) if f.exists() and not f.is_dir()), None)
-    if file is not None:  # the output is a model directory: refuse before any work
-        raise NotADirectoryError(f"{out}: {'it' if file == out else file} is a file, not a folder")
     if args.to != "ctranslate2" and (out / "config.json").exists() and not args.force:
         raise ValueError(f"{out} already holds a model; pass --force to replace it")
     if Path(args.input).resolve() == out.resolve():

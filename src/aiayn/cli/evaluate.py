@@ -10,7 +10,8 @@ import argparse
 import json
 from pathlib import Path
 
-from .translate import add_search_arguments, check_output, chunks, load_translator, read_lines
+from .paths import output_file
+from .translate import add_search_arguments, chunks, load_translator, read_lines
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -18,7 +19,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--hyp", help="translations to score (instead of --model)")
     parser.add_argument("--model", help="translate --src with this model, then score")
     parser.add_argument("--src", help="source sentences (with --model)")
-    parser.add_argument("--save-hyp", help="with --model: also write the translations here")
+    parser.add_argument("--save-hyp", type=output_file, help="with --model: also write the translations here")
     parser.add_argument("--lang", default="de", help="target language for the tokenised BLEU (default de)")
     parser.add_argument("--json", action="store_true", help="print the scores as one JSON object")
     add_search_arguments(parser)
@@ -32,7 +33,6 @@ def read_file(path: str) -> list[str]:
 def run(args: argparse.Namespace) -> int:
     from .. import evaluate
 
-    check_output(args.save_hyp, "--save-hyp")
     refs = read_file(args.ref)
     if not refs:
         raise ValueError(f"{args.ref}: empty file; there is nothing to score")

@@ -16,7 +16,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..recipe import load_recipe
     from ..train.loop import train
 
     # The overrides swallow whatever follows the recipe, so --out and --init are picked out of them.
@@ -27,24 +26,23 @@ def run(args: argparse.Namespace) -> int:
     if "-h" in overrides or "--help" in overrides:
         print(args._help(), end="")
         return 0
-    recipe = load_recipe(args.recipe, overrides)
+    recipe = _checked_recipe(args.recipe, overrides, known.out)
     out = Path(known.out) if known.out else Path("runs") / Path(args.recipe).stem
-    check_before_training(recipe, out)
     train(recipe, out, init=known.init)
     return 0
 
 
-def check_before_training(recipe, out: Path) -> None:
-    """What would otherwise fail only after minutes of work: --out must be a folder (or not yet exist), and
-    each split named in the recipe two files with text."""
+def _checked_recipe(path: str, overrides: list[str], out: str | None):
+    """The recipe, checked for what would otherwise fail only after minutes of work: --out must be a
+    folder (or not exist yet), and each split the recipe names two files with text."""
     from ..data.corpus import check_split
+    from ..recipe import load_recipe
+    from .paths import check_output_folder
 
-    for folder in (out, *out.parents):
-        if folder.exists() and not folder.is_dir():
-            raise NotADirectoryError(f"--out {out}: {folder} is a file, not a folder")
-        if folder.exists():
-            break
+    recipe = load_recipe(path, overrides)
+    check_output_folder(out or Path("runs") / Path(path).stem, "--out")
     d = recipe.data
     for field in ("train", "valid", "test"):
         if getattr(d, field) or field != "test":
             check_split(getattr(d, field), d.src_lang, d.tgt_lang, f"data.{field}")
+    return recipe

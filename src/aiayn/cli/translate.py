@@ -16,13 +16,15 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO, TextIO
 
+from .paths import input_file, output_file
+
 CHUNK = 2048  # lines sorted and batched together; memory stays bounded on files of any size
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", required=True, help="an aiayn model directory or a Hugging Face Marian one")
-    parser.add_argument("--input", "-i", help="source text, one sentence a line (default: stdin)")
-    parser.add_argument("--output", "-o", help="where to write the translations (default: stdout)")
+    parser.add_argument("--input", "-i", type=input_file, help="source text, one sentence a line (default: stdin)")
+    parser.add_argument("--output", "-o", type=output_file, help="where to write the translations (default: stdout)")
     add_search_arguments(parser)
     parser.add_argument("--n-best", type=at_least(1), default=None,
                         help="write the N best translations of each line as 'LINE<tab>SCORE<tab>TEXT' lines")
@@ -72,27 +74,6 @@ def number(above: float | None = None, at_most: float | None = None):
             raise argparse.ArgumentTypeError(f"must be a finite number{' ' + bounds if bounds else ''}, got {text}")
         return value
     return parse
-
-
-def check_files(args: argparse.Namespace) -> None:
-    """Before the model loads: -i is a file (or a pipe) to read, -o a file name in an existing folder."""
-    if args.input is not None:
-        if Path(args.input).is_dir():
-            raise IsADirectoryError(f"--input {args.input}: a directory, not a text file")
-        if not Path(args.input).exists():
-            raise FileNotFoundError(f"--input {args.input}: no such file")
-    check_output(args.output, "--output")
-
-
-def check_output(path: str | None, flag: str) -> None:
-    """path (if given) names a file that can be written: not a directory, in a folder that exists."""
-    if path is not None:
-        out = Path(path)
-        if out.is_dir():
-            raise IsADirectoryError(f"{flag} {out}: a directory; give the name of the file to write")
-        if not out.parent.is_dir():
-            what = "is a file, not a folder" if out.parent.exists() else "does not exist"
-            raise NotADirectoryError(f"{flag} {out}: its folder {out.parent} {what}")
 
 
 def load_translator(args: argparse.Namespace):
@@ -159,7 +140,6 @@ def translate_stream(translator, stream: BinaryIO, name: str, out: TextIO, n_bes
 
 
 def run(args: argparse.Namespace) -> int:
-    check_files(args)
     translator = load_translator(args)
     name = args.input or "<stdin>"
     progress = None

@@ -7,10 +7,10 @@ Empty and over-long pairs are filtered, and the filter reports how many and why.
 from __future__ import annotations
 
 import gzip
-import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from zlib import error as ZlibError
 
 import torch
 
@@ -38,7 +38,7 @@ def read_lines(path: str | Path) -> list[str]:
                 except UnicodeDecodeError as err:
                     raise ValueError(f"{path}:{number}: not valid UTF-8 (byte {err.start}: {raw[err.start:err.start + 1]!r})") from None
                 lines.append(line.rstrip("\r\n"))
-        except (gzip.BadGzipFile, EOFError, zlib.error) as err:
+        except (gzip.BadGzipFile, EOFError, ZlibError) as err:
             raise ValueError(f"{path}: not a valid gzip file ({err or 'it ends too early'})") from None
     return lines
 
@@ -57,7 +57,7 @@ def check_split(prefix: str, src_lang: str, tgt_lang: str, field: str) -> None:
             try:
                 if not f.read(1):
                     raise ValueError(f"{path}: empty file ({field}); there are no sentence pairs")
-            except (gzip.BadGzipFile, EOFError, zlib.error) as err:
+            except (gzip.BadGzipFile, EOFError, ZlibError) as err:
                 raise ValueError(f"{path}: not a valid gzip file ({err or 'it ends too early'})") from None
 
 

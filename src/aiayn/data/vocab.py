@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 import io
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import sentencepiece as spm
@@ -19,6 +20,22 @@ def read_sentencepiece(model_proto: bytes, where: str) -> spm.SentencePieceProce
         return spm.SentencePieceProcessor(model_proto=model_proto)
     except RuntimeError:  # SentencePiece's own message is a line of C++ source
         raise ValueError(f"{where}: not a SentencePiece model ({len(model_proto):,} bytes that do not parse)") from None
+
+
+def _clear_trainer_errors(train: Callable[..., Vocab]) -> Callable[..., Vocab]:
+    """Vocab.train with its failures as one line naming data.vocab_size (SentencePiece's own are C++ source)."""
+    @functools.wraps(train)
+    def checked(cls, sentences: Iterable[str], vocab_size: int, *args, **kwargs) -> Vocab:
+        if vocab_size < UNK_ID + 2:
+            raise ValueError(f"data.vocab_size {vocab_size}: must be at least {UNK_ID + 2} (4 special tokens and a character)")
+        sentences = list(sentences)
+        if not any(s.strip() for s in sentences):
+            raise ValueError("no text to train the vocabulary on: the training files have no non-empty line")
+        try:
+            return train(cls, sentences, vocab_size, *args, **kwargs)
+        except RuntimeError as err:
+            raise ValueError(_trainer_error(str(err), vocab_size)) from None
+    return checked
 
 
 class Vocab:
@@ -38,17 +55,22 @@ class Vocab:
         Path(path).write_bytes(self.proto)
 
     @classmethod
+    @_clear_trainer_errors
     def train(cls, sentences: Iterable[str], vocab_size: int, seed_sentences: int = 2_000_000) -> Vocab:
         """Train BPE on the given sentences (source and target text together, for a shared vocabulary)."""
-        if vocab_size < UNK_ID + 2:
-            raise ValueError(f"data.vocab_size {vocab_size}: must be at least {UNK_ID + 2} (4 special tokens and a character)")
-        out, sentences = io.BytesIO(), list(sentences)
-        if not any(s.strip() for s in sentences):
-            raise ValueError("no text to train the vocabulary on: the training files have no non-empty line")
-        try:
-            _train_sentencepiece(sentences, out, vocab_size, seed_sentences)
-        except RuntimeError as err:
-            raise ValueError(_trainer_error(str(err), vocab_size)) from None
+        out = io.BytesIO()
+        spm.SentencePieceTrainer.train(
+            sentence_iterator=iter(sentences),
+            model_writer=out,
+            model_type="bpe",
+            vocab_size=vocab_size,
+            character_coverage=1.0,
+            pad_id=PAD_ID, bos_id=BOS_ID, eos_id=EOS_ID, unk_id=UNK_ID,
+            input_sentence_size=seed_sentences,
+            shuffle_input_sentence=True,
+            num_threads=2,
+            minloglevel=2,
+        )
         return cls(out.getvalue())
 
     def __len__(self) -> int:
@@ -82,21 +104,6 @@ class Vocab:
 
     def pieces(self, ids: Iterable[int]) -> list[str]:
         return [self.sp.id_to_piece(int(i)) for i in ids]
-
-
-def _train_sentencepiece(sentences: list[str], out: io.BytesIO, vocab_size: int, seed_sentences: int) -> None:
-    spm.SentencePieceTrainer.train(
-        sentence_iterator=iter(sentences),
-        model_writer=out,
-        model_type="bpe",
-        vocab_size=vocab_size,
-        character_coverage=1.0,
-        pad_id=PAD_ID, bos_id=BOS_ID, eos_id=EOS_ID, unk_id=UNK_ID,
-        input_sentence_size=seed_sentences,
-        shuffle_input_sentence=True,
-        num_threads=2,
-        minloglevel=2,
-    )
 
 
 def _trainer_error(message: str, vocab_size: int) -> str:
