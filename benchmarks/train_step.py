@@ -87,6 +87,9 @@ def main() -> None:
     parser.add_argument("--fused-adam", action="store_true", help="fused Adam for aiayn (as its training loop uses)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    from gemm import print_host_rates  # the host's own limits come first (issue 18)
+
+    print_host_rates()
     torch.manual_seed(0)
     engines = {"aiayn": (aiayn_model(), aiayn_step), "Hugging Face": (hf_model(), hf_step)}
     optimizers = {name: torch.optim.Adam(m.parameters(), betas=(0.9, 0.98), eps=1e-9, fused=args.fused_adam and name == "aiayn")

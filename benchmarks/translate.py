@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/translate.py                # the full table (about 30-60 minutes)
     .venv/bin/python benchmarks/translate.py --quick        # one round, beam 4 at batch 32, 64 sentences
 
-Measured the way /work/shared/PEERS.md describes the peers: one MarianMTModel with opus-mt-en-de's
+Measured the way ../shared/PEERS.md describes the peers: one MarianMTModel with opus-mt-en-de's
 shapes and random weights (seed 0), saved with save_pretrained and converted for CTranslate2 with its
 own TransformersConverter (a stand-in tokenizer: token "t<id>"); 256 source sentences of random ids
 (never </s>, <unk> or <pad>), lengths uniform in 8..40 plus </s> (seed 1234), consecutive batches;
@@ -138,11 +138,14 @@ def run_aiayn(work: Path, beam: int, batch_size: int, sources: list[list[int]], 
         from aiayn.decode.quantize import quantize_int8
         from aiayn.io import MappedReads
 
-        with MappedReads() as maps:
-            model = quantize_int8(load_marian_model(work / "marian", unk_id=UNK), release=maps.release)
-            maps.detach(model)
+        maps = MappedReads()
+        model = quantize_int8(load_marian_model(work / "marian", unk_id=UNK, read=maps.read), release=maps.release)
+        maps.detach(model)
     else:
-        model = for_decoding(load_marian_model(work / "marian", unk_id=UNK, column_major=True))
+        from aiayn.io import read_column_major
+
+        model = load_marian_model(work / "marian", unk_id=UNK, read=read_column_major)
+    for_decoding(model)
 
     class NoEos(TransformerStep):  # as HF's min_new_tokens and CTranslate2's min_decoding_length
         def step(self, tokens, cache):
@@ -302,6 +305,11 @@ def main() -> None:
     MMAP_THRESHOLD = args.malloc_mmap_threshold
     if args.quick:
         args.rounds, args.sentences, args.jobs = 1, 64, ["beam4-b32"]
+    import torch
+    from gemm import print_host_rates  # the host's own limits come first (issue 18)
+
+    torch.set_num_threads(THREADS)
+    print_host_rates()
     args.work.mkdir(parents=True, exist_ok=True)
     prepare(args.work)
     results: dict = {job: {e: [] for e in args.engines} for job in args.jobs}

@@ -7,6 +7,7 @@ import math
 import torch
 import torch.nn.functional as F
 
+from aiayn.decode.attention import OneQueryAttention
 from aiayn.model import causal_mask, padding_mask, scaled_dot_product_attention
 
 
@@ -33,7 +34,7 @@ def test_one_query_over_a_time_major_cache_equals_pytorch_sdpa():
     cache_k, cache_v = torch.randn(t + 3, B, h, d_k), torch.randn(t + 3, B, h, d_k)
     k, v = cache_k[:t].permute(1, 2, 0, 3), cache_v[:t].permute(1, 2, 0, 3)  # (B, h, t, d_k) views
     q = torch.randn(B, 1, h * d_k).view(B, 1, h, d_k).transpose(1, 2)  # (B, h, 1, d_k)
-    out, none = scaled_dot_product_attention(q, k, v, None)
+    out, none = OneQueryAttention()(q, k, v, None)  # what decoding puts in the decoder's self-attention
     assert none is None
     assert (out - F.scaled_dot_product_attention(q, k, v)).abs().max().item() < 1e-5
     written, weights = scaled_dot_product_attention(q, k, v, None, need_weights=True)

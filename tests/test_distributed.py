@@ -22,7 +22,7 @@ from safetensors.torch import load_file
 
 from aiayn.recipe import load_recipe
 from aiayn.train import loop, precision
-from aiayn.train.checkpoint import load_state
+from aiayn.train.checkpoint import load_checkpoint
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = REPO.parent / "shared" / "data"
@@ -55,11 +55,12 @@ def max_difference(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> fl
 
 
 def seed_out_dir(ref: Path, out: Path) -> Path:
-    """A fresh run folder holding the reference's vocabulary and encoded data (the same ids, less work)."""
-    out.mkdir()
-    shutil.copyfile(ref / "spm.model", out / "spm.model")
-    shutil.copytree(ref / "data", out / "data")
+    """A fresh run folder: its vocabulary (trained the same deterministic way) is the reference's."""
     return out
+
+
+def load_state(checkpoint: Path):
+    return load_checkpoint(checkpoint)[0]
 
 
 def kill_tree(pid: int) -> None:
@@ -120,21 +121,21 @@ def test_two_gloo_ranks_equal_one_process_with_accumulation(reference, tmp_path)
     assert max_difference(weights(ref, 2), weights(ref, 6)) > 1e-3  # training moved the weights
     for step in (2, 4, 6):
         assert max_difference(weights(out, step), weights(ref, step)) < 1e-6, step
-    assert load_state(out / "checkpoints" / "step-6")["data"] == load_state(ref / "checkpoints" / "step-6")["data"]
+    assert load_state(out / "checkpoints" / "step-6").data == load_state(ref / "checkpoints" / "step-6").data
 
 
 def test_killed_two_rank_run_resumes_with_one_process(reference, tmp_path):
     recipe, ref = reference
     out = seed_out_dir(ref, tmp_path / "killed")
     proc = torchrun(recipe, out, "--train.max_steps=100000")
-    first = out / "checkpoints" / "step-4" / "state.pt"
+    first = out / "checkpoints" / "step-4" / "state.json"
     deadline = time.monotonic() + 180
     while not first.is_file() and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.02)
     kill_tree(proc.pid)  # both ranks and the launcher, mid-run, as a lost machine would
     text, _ = proc.communicate(timeout=60)
     assert first.is_file(), text
-    saved = sorted(int(p.name[5:]) for p in (out / "checkpoints").glob("step-*") if (p / "state.pt").is_file())
+    saved = sorted(int(p.name[5:]) for p in (out / "checkpoints").glob("step-*") if (p / "state.json").is_file())
     killed_at = saved[-1]
     assert 4 <= killed_at < REF_STEPS, saved
     assert max_difference(weights(out, killed_at), weights(ref, killed_at)) < 1e-6
@@ -147,7 +148,7 @@ def test_killed_two_rank_run_resumes_with_one_process(reference, tmp_path):
     # The same data order: the same batches in the same steps give the same weights and data position.
     assert max_difference(weights(out, REF_STEPS), weights(ref, REF_STEPS)) < 1e-6
     end = load_state(out / "checkpoints" / f"step-{REF_STEPS}")
-    assert end["data"] == load_state(ref / "checkpoints" / f"step-{REF_STEPS}")["data"]
+    assert end.data == load_state(ref / "checkpoints" / f"step-{REF_STEPS}").data
 
 
 def _train_recording(recipe: Path, out: Path, monkeypatch, *overrides: str) -> tuple[set, list[float]]:
@@ -187,7 +188,7 @@ def test_fp16_with_a_gradient_scaler_trains_and_saves_the_scaler(reference, tmp_
     assert dtypes == {torch.float16}
     first, last = sum(losses[:5]) / 5, sum(losses[-5:]) / 5
     assert last < first - 0.3, losses
-    scaler = load_state(out / "checkpoints" / "step-15")["scaler"]  # saved for an exact resume
+    scaler = load_state(out / "checkpoints" / "step-15").scaler  # saved for an exact resume
     assert scaler["scale"] == 2.0**16 and scaler["_growth_tracker"] == 15  # active, and no step overflowed
 
 
@@ -199,3 +200,21 @@ def test_precision_flags():
         precision.autocast_dtype(True, True)
     assert not precision.grad_scaler(torch.device("cpu"), torch.bfloat16).is_enabled()
     assert precision.grad_scaler(torch.device("cpu"), torch.float16).is_enabled()
+
+
+def test_two_ranks_resumed_with_dropout_equal_a_straight_two_rank_run(reference, tmp_path):
+    """Issue 17, 2: each rank's RNG state is saved and each rank gets its own back, so dropout matches."""
+    recipe, _ = reference
+    straight, resumed = tmp_path / "straight", tmp_path / "resumed"
+    for out in (straight, resumed):
+        if out == resumed:  # the straight run's folder as it stood at step 2
+            shutil.copytree(straight, resumed, ignore=shutil.ignore_patterns(".aiayn.lock"))
+            shutil.rmtree(resumed / "checkpoints" / "step-4")
+        proc = torchrun(recipe, out, "--model.p_drop=0.1", "--train.max_steps=4")
+        text, _ = proc.communicate(timeout=240)
+        assert proc.returncode == 0, text
+    assert "resumed from" in text and "step-2" in text
+    state = load_state(resumed / "checkpoints" / "step-2")
+    assert len(state.rng) == 2 and not torch.equal(state.rng[0]["torch"], state.rng[1]["torch"])
+    a, b = weights(straight, 4), weights(resumed, 4)
+    assert all(torch.equal(a[k], b[k]) for k in a)

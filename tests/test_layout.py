@@ -12,7 +12,7 @@ from safetensors.torch import save_file
 from aiayn.config import DecodeConfig, ModelConfig
 from aiayn.decode.beam import beam_search
 from aiayn.decode.layout import for_decoding, is_column_major
-from aiayn.io import MappedReads, load_model, read_safetensors, save_model
+from aiayn.io import MappedReads, load_model, read_column_major, read_safetensors, save_model
 from aiayn.model import Transformer
 
 
@@ -59,23 +59,32 @@ def test_read_safetensors_errors_name_the_file_and_tensor(tmp_path):
 def test_mapped_reads_give_the_same_tensors_and_lose_nothing_on_release(tmp_path):
     tensors = sample_tensors()
     save_file(tensors, tmp_path / "w.safetensors")
-    with MappedReads() as maps:
-        mapped = read_safetensors(tmp_path / "w.safetensors")
-        assert sorted(mapped) == sorted(tensors)
-        for name, tensor in tensors.items():
-            assert mapped[name].dtype == tensor.dtype and torch.equal(mapped[name], tensor), name
-        assert maps.holds(mapped["matrix"]) and not maps.holds(tensors["matrix"])
-        maps.release()  # pages given back are read again from the file
-        assert torch.equal(mapped["matrix"], tensors["matrix"])
-        model = torch.nn.Linear(11, 37)
-        model.weight = torch.nn.Parameter(mapped["matrix"], requires_grad=False)
-        maps.detach(model)
-        assert not maps.holds(model.weight) and torch.equal(model.weight, tensors["matrix"])
+    maps = MappedReads()
+    mapped = maps.read(tmp_path / "w.safetensors")
+    assert sorted(mapped) == sorted(tensors)
+    for name, tensor in tensors.items():
+        assert mapped[name].dtype == tensor.dtype and torch.equal(mapped[name], tensor), name
+    assert maps.holds(mapped["matrix"]) and not maps.holds(tensors["matrix"])
+    maps.release()  # pages given back are read again from the file
+    assert torch.equal(mapped["matrix"], tensors["matrix"])
+    model = torch.nn.Linear(11, 37)
+    model.weight = torch.nn.Parameter(mapped["matrix"], requires_grad=False)
+    maps.detach(model)
+    assert not maps.holds(model.weight) and torch.equal(model.weight, tensors["matrix"])
     assert not maps.maps
-    assert not maps.holds(read_safetensors(tmp_path / "w.safetensors")["matrix"])  # outside: read, not mapped
+    assert not maps.holds(read_safetensors(tmp_path / "w.safetensors")["matrix"])  # the plain reader reads
     (tmp_path / "cut.safetensors").write_bytes((tmp_path / "w.safetensors").read_bytes()[:-10])
-    with MappedReads(), pytest.raises(ValueError, match=r"cut\.safetensors: \w+: the file ends before this tensor"):
-        read_safetensors(tmp_path / "cut.safetensors")
+    with pytest.raises(ValueError, match=r"cut\.safetensors: \w+: the file ends before this tensor"):
+        MappedReads().read(tmp_path / "cut.safetensors")
+
+
+def test_writing_into_a_mapped_tensor_neither_crashes_nor_changes_the_file(tmp_path):
+    """The maps are private: a write lands in the process's own copy of the page."""
+    save_file(sample_tensors(), tmp_path / "w.safetensors")
+    before = (tmp_path / "w.safetensors").read_bytes()
+    mapped = MappedReads().read(tmp_path / "w.safetensors")
+    mapped["matrix"].add_(1.0)
+    assert (tmp_path / "w.safetensors").read_bytes() == before
 
 
 def test_a_shared_embedding_comes_back_as_one_tensor(tmp_path):
@@ -84,7 +93,7 @@ def test_a_shared_embedding_comes_back_as_one_tensor(tmp_path):
     save_model(model, tmp_path)
     read = read_safetensors(tmp_path / "model.safetensors", column_major=True)
     assert read["encoder.embed.weight"] is read["decoder.embed.weight"]
-    loaded = load_model(tmp_path, column_major=True)
+    loaded = load_model(tmp_path, read=read_column_major)
     assert loaded.encoder.embed is loaded.decoder.embed and is_column_major(loaded.decoder.embed.weight)
     for name, tensor in model.state_dict().items():
         assert torch.equal(loaded.state_dict()[name], tensor), name

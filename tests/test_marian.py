@@ -61,18 +61,19 @@ def marian_vocab(*protos: bytes) -> dict[str, int]:
     return vocab
 
 
-def build_marian(directory: Path, eos_bias: float = EOS_BIAS, seed: int = 1, forced_eos: bool = False) -> Path:
+def build_marian(directory: Path, eos_bias: float = EOS_BIAS, seed: int = 1, forced_eos: bool = False,
+                 **sizes) -> Path:
     """A random-weight opus-mt-like checkpoint: en source.spm, de target.spm, joint vocab.json, swish,
     scaled embeddings, 2 encoder + 3 decoder layers; weights drawn wide and </s> favoured by the
     logits bias so that hypotheses end at many different lengths."""
     src_spm, tgt_spm = train_spm(read_lines("train.en.gz", 3000), 300), train_spm(read_lines("train.de.gz", 3000), 300)
     vocab = marian_vocab(src_spm, tgt_spm)
     V = len(vocab)
+    sizes = dict(encoder_layers=2, decoder_layers=3, encoder_attention_heads=4, decoder_attention_heads=4,
+                 encoder_ffn_dim=64, decoder_ffn_dim=64) | sizes
     config = transformers.MarianConfig(
-        vocab_size=V, d_model=32, encoder_layers=2, decoder_layers=3, encoder_attention_heads=4,
-        decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64, max_position_embeddings=128,
-        pad_token_id=V - 1, decoder_start_token_id=V - 1, eos_token_id=0, activation_function="swish",
-        scale_embedding=True)
+        vocab_size=V, d_model=32, max_position_embeddings=128, pad_token_id=V - 1, decoder_start_token_id=V - 1,
+        eos_token_id=0, activation_function="swish", scale_embedding=True, **sizes)
     torch.manual_seed(seed)
     model = transformers.MarianMTModel(config).eval()
     with torch.no_grad():
@@ -163,6 +164,28 @@ def test_greedy_and_beam_translations_equal_generate(marian_dir, sentences):
     from aiayn.decode.translate import Translator  # `aiayn translate --model DIR`: batches sorted by length
 
     assert Translator.load(marian_dir).translate(sentences) == texts
+
+
+def test_encoder_and_decoder_of_different_widths_and_head_counts_equal_generate(tmp_path, sentences):
+    """A Marian configuration whose stacks differ (issue 12): per-stack sizes load, translate as generate does."""
+    from aiayn.decode.beam import beam_search
+    from aiayn.decode.translate import Translator
+
+    d = build_marian(tmp_path / "stacks", encoder_ffn_dim=48, decoder_ffn_dim=96, encoder_attention_heads=2,
+                     decoder_attention_heads=8)
+    hf = transformers.MarianMTModel.from_pretrained(d).eval()
+    model, tokenizer, decode = load_marian(d)
+    assert (model.config.encoder.heads, model.config.encoder.d_ff) == (2, 48)
+    assert (model.config.decoder.heads, model.config.decoder.d_k, model.config.decoder.d_ff) == (8, 4, 96)
+    hf_tok, batch = hf_batch(d, sentences)
+    eos, pad = model.config.eos_id, model.config.pad_id
+    with torch.no_grad():
+        assert (model(batch.input_ids, batch.input_ids[:, :7]) - hf(**batch, decoder_input_ids=batch.input_ids[:, :7]).logits
+                ).abs().max() < 1e-4
+        hf_beam = generated(hf.generate(**batch), eos, pad)
+    assert [hyps[0].tokens for hyps in beam_search(model, batch.input_ids, decode)] == hf_beam
+    texts = hf_tok.batch_decode(hf_beam, skip_special_tokens=True, use_source_tokenizer=False)
+    assert Translator.load(d).translate(sentences) == texts
 
 
 def test_forced_eos_at_the_length_cap_equals_generate(tmp_path, sentences):

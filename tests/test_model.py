@@ -7,7 +7,8 @@ import torch
 from torch import nn
 
 from aiayn import ModelConfig, Transformer
-from aiayn.model import padding_mask
+from aiayn.decode.step import TransformerStep
+from aiayn.model import ConcatCache, padding_mask
 
 
 @pytest.mark.parametrize("preset, expected, paper", [("base", 63_082_496, 65e6), ("big", 214_245_376, 213e6)])
@@ -153,12 +154,11 @@ def test_incremental_decoding_equals_teacher_forcing(overrides):
     with torch.no_grad():
         full = model(src, tgt)  # (B, T, V), one teacher-forced pass
         memory, src_mask = model.encode(src)
-        state = model.start_state(memory, src_mask)
+        memory_kv, caches = model.decoder.memory_kv(memory), [ConcatCache() for _ in model.decoder.layers]
         steps = []
         for t in range(tgt.size(1)):
-            logits, state = model.decode_step(tgt[:, t : t + 1], state)
-            steps.append(logits)
-    assert state.length == tgt.size(1)
+            steps.append(model.decode_step(tgt[:, t : t + 1], memory_kv, src_mask, caches))
+    assert caches[0].length == tgt.size(1)
     assert (torch.stack(steps, 1) - full).abs().max().item() <= 1e-5
 
 
@@ -171,14 +171,16 @@ def test_incremental_decoding_past_the_first_cache_and_after_reordering():
     with torch.no_grad():
         full = model(src, tgt)
         reordered = model(src[order], tgt[order])
-        state = model.start_state(*model.encode(src))
+        step_model = TransformerStep(model)
+        state = step_model.start(src)
         steps = []
         for t in range(tgt.size(1)):
             if t == 75:
-                state, steps = state.index_select(order), [s[order] for s in steps]
-            logits, state = model.decode_step(tgt[:, t : t + 1] if t < 75 else tgt[order, t : t + 1], state)
-            steps.append(logits)
-    assert state.self_kv[0].k.size(0) == 256 and state.length == 150
+                state, steps = state.index_select(order, order), [s[order] for s in steps]
+            log_probs, state = step_model.step(tgt[:, t : t + 1] if t < 75 else tgt[order, t : t + 1], state)
+            steps.append(log_probs.clone())
+    assert state.caches[0].k.size(0) == 256 and state.length == 150
+    reordered, full = reordered.log_softmax(-1), full.log_softmax(-1)
     assert (torch.stack(steps, 1) - reordered).abs().max().item() <= 1e-5
     assert (reordered[1:] - full[[0, 0]]).abs().max().item() <= 1e-5
 

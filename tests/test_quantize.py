@@ -68,8 +68,10 @@ def test_int8_decoding_writes_the_logits_into_the_step_buffer():
     step = TransformerStep(model)
     with torch.inference_mode():
         log_probs, _ = step.step(torch.full((2, 1), model.config.bos_id), step.start(src))
-        logits, _ = model.decode_step(torch.full((2, 1), model.config.bos_id), step.start(src))
-        assert log_probs.data_ptr() == step.buffer.data_ptr()
+        assert log_probs.data_ptr() == model.output_proj.logits.buffer.data_ptr()
+        log_probs = log_probs.clone()  # the buffer is rewritten by the next product
+        state = step.start(src)
+        logits = model.decode_step(torch.full((2, 1), model.config.bos_id), state.memory_kv, state.src_mask, state.caches)
         assert torch.equal(log_probs, logits.log_softmax(-1))
         hyps = beam_search(step, src, DecodeConfig(beam_size=3, max_len=8))
     assert len(hyps) == 2 and all(h and h[0].tokens for h in hyps)

@@ -16,23 +16,21 @@ REPO = Path(__file__).resolve().parents[1]
 VAL = REPO.parent / "shared" / "data" / "multi30k" / "val"
 
 
-def command(out: Path) -> list[str]:
-    return [sys.executable, "-m", "aiayn", "train", "recipes/tiny.yaml", "--out", str(out),
+def command(out: Path, vocab: Path) -> list[str]:
+    return [sys.executable, "-m", "aiayn", "train", "recipes/tiny.yaml", "--out", str(out), f"--data.vocab={vocab}",
             f"--data.train={VAL}", f"--data.valid={VAL}", "--train.max_steps=60", "--train.save_every=20"]
 
 
 def test_sigkill_and_restart_end_with_identical_weights(tmp_path):
-    vocab = Vocab.train(read_lines(f"{VAL}.en.gz") + read_lines(f"{VAL}.de.gz"), 300)
+    vocab = tmp_path / "spm.model"  # one vocabulary for both runs
+    Vocab.train(read_lines(f"{VAL}.en.gz") + read_lines(f"{VAL}.de.gz"), 300).save(vocab)
     straight, killed = tmp_path / "straight", tmp_path / "killed"
-    for out in (straight, killed):
-        out.mkdir()
-        vocab.save(out / "spm.model")  # one vocabulary for both runs
     env = dict(os.environ, PYTHONPATH=str(REPO / "src"))
-    run = subprocess.run(command(straight), cwd=REPO, env=env, capture_output=True, text=True)
+    run = subprocess.run(command(straight, vocab), cwd=REPO, env=env, capture_output=True, text=True)
     assert run.returncode == 0, run.stderr
 
-    process = subprocess.Popen(command(killed), cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    first = killed / "checkpoints" / "step-20" / "state.pt"
+    process = subprocess.Popen(command(killed, vocab), cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    first = killed / "checkpoints" / "step-20" / "state.json"
     while not first.exists() and process.poll() is None:
         time.sleep(0.005)
     assert process.poll() is None, "the run ended before it could be killed part-way"
@@ -40,7 +38,7 @@ def test_sigkill_and_restart_end_with_identical_weights(tmp_path):
     process.wait()
     assert not (killed / "checkpoints" / "step-60").exists()
 
-    run = subprocess.run(command(killed), cwd=REPO, env=env, capture_output=True, text=True)
+    run = subprocess.run(command(killed, vocab), cwd=REPO, env=env, capture_output=True, text=True)
     assert run.returncode == 0, run.stderr
     assert "resumed from" in run.stdout
     weights = "checkpoints/step-60/model.safetensors"

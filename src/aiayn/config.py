@@ -14,7 +14,17 @@ import math
 import types
 import typing
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
+
+
+class StackShape(NamedTuple):
+    """The sizes of one stack (§3.1, §3.2.2): N layers, h heads of d_k (queries, keys) and d_v (values), d_ff."""
+
+    layers: int
+    heads: int
+    d_k: int
+    d_v: int
+    d_ff: int
 
 
 @dataclass(frozen=True)
@@ -26,6 +36,10 @@ class ModelConfig:
     n_heads: int = field(default=8, metadata={"help": "h, attention heads (§3.2.2)"})
     n_layers: int = field(default=6, metadata={"help": "N, encoder layers (and decoder layers)"})
     n_decoder_layers: int | None = None  # None = n_layers; released models may differ
+    n_decoder_heads: int | None = None  # None = n_heads (Marian configurations may differ)
+    d_decoder_ff: int | None = None  # None = d_ff
+    d_k: int | None = field(default=None, metadata={"help": "query/key size per head; None = d_model / h (§3.2.2)"})
+    d_v: int | None = field(default=None, metadata={"help": "value size per head; None = d_model / h"})
     p_drop: float = field(default=0.1, metadata={"help": "P_drop, residual/embedding dropout (§5.4)"})
     p_attn_drop: float = 0.0  # dropout on attention weights; not in the paper, off by default
     p_ffn_drop: float = 0.0  # dropout after the FFN activation; not in the paper, off by default
@@ -42,6 +56,8 @@ class ModelConfig:
     tie_output: bool = True  # tie the pre-softmax projection to the target embedding (§3.4)
     final_logits_bias: bool = False  # a bias on the logits (Marian); the paper has none
     layer_norm_eps: float = 1e-5
+    src_lang: str | None = None  # the languages the model translates between (training writes the recipe's)
+    tgt_lang: str | None = None
 
     def __post_init__(self) -> None:
         check_fields(self, MODEL_RANGES)
@@ -51,17 +67,13 @@ class ModelConfig:
         for name in ("pad_id", "bos_id", "eos_id"):
             if getattr(self, name) >= self.target_vocab_size:
                 raise ValueError(f"{name} = {getattr(self, name)}: not below the target vocabulary's size {self.target_vocab_size}")
-        if self.d_model % self.n_heads:
-            raise ValueError(f"d_model {self.d_model} is not divisible by n_heads {self.n_heads}")
+        for name, heads in (("n_heads", self.n_heads), ("n_decoder_heads", self.decoder_heads)):
+            if heads > 0 and (self.d_k is None or self.d_v is None) and self.d_model % heads:
+                raise ValueError(f"d_model {self.d_model} is not divisible by {name} {heads}; set d_k and d_v")
         if self.share_embeddings and self.tgt_vocab_size not in (None, self.vocab_size):
             raise ValueError("share_embeddings needs one vocabulary: tgt_vocab_size must equal vocab_size")
         if self.positions == "sinusoidal" and self.d_model % 2:
             raise ValueError("sinusoidal positions need an even d_model")
-
-    @property
-    def d_k(self) -> int:
-        """d_k = d_v = d_model / h (§3.2.2)."""
-        return self.d_model // self.n_heads
 
     @property
     def target_vocab_size(self) -> int:
@@ -70,6 +82,24 @@ class ModelConfig:
     @property
     def decoder_layers(self) -> int:
         return self.n_decoder_layers or self.n_layers
+
+    @property
+    def decoder_heads(self) -> int:
+        return self.n_decoder_heads or self.n_heads
+
+    @property
+    def encoder(self) -> StackShape:
+        """The encoder's sizes; d_k = d_v = d_model / h unless set (§3.2.2; Table 3 rows A and B vary them)."""
+        return self._stack(self.n_layers, self.n_heads, self.d_ff)
+
+    @property
+    def decoder(self) -> StackShape:
+        """The decoder's sizes, the encoder's unless n_decoder_layers, n_decoder_heads or d_decoder_ff say otherwise."""
+        return self._stack(self.decoder_layers, self.decoder_heads, self.d_decoder_ff or self.d_ff)
+
+    def _stack(self, layers: int, heads: int, d_ff: int) -> StackShape:
+        d_head = self.d_model // heads
+        return StackShape(layers, heads, self.d_k or d_head, self.d_v or d_head, d_ff)
 
     @classmethod
     def preset(cls, name: str, **overrides: Any) -> ModelConfig:

@@ -12,14 +12,15 @@ import math
 import mmap
 import os
 import warnings
-from contextvars import ContextVar
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 import torch
 from safetensors.torch import save_model as _save_weights
 from torch import Tensor, nn
 
-from . import __version__
+from . import __version__, faults
 from .config import ModelConfig
 from .model import Transformer
 
@@ -27,6 +28,7 @@ CONFIG, WEIGHTS, VOCAB = "config.json", "model.safetensors", "spm.model"
 DTYPES = {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
           "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8, "U8": torch.uint8,
           "BOOL": torch.bool}
+Reader = Callable[[Path], dict[str, Tensor]]  # a safetensors file -> its tensors; loaders take one explicitly
 
 
 def read_safetensors(path: str | Path, column_major: bool = False, chunk_bytes: int = 8 << 20) -> dict[str, Tensor]:
@@ -37,20 +39,22 @@ def read_safetensors(path: str | Path, column_major: bool = False, chunk_bytes: 
     Such a matrix is read chunk_bytes at a time straight into its place, so loading never holds a
     second copy of the weights, and no file pages are counted as the process's memory afterwards.
     Aliases that safetensors dropped when saving (shared tensors) come back as the same tensor.
-    Inside `with MappedReads():` the file is mapped instead, unless column_major asks for a new layout.
     """
     path = Path(path)
-    maps = _MAPPED_READS.get()
     with open(path, "rb") as f:
         start, header, metadata = _read_header(f, path)
-        if maps is not None and not column_major:
-            tensors = maps.map(f, path, start, header)
-        else:
-            tensors = {}
-            for name, info in sorted(header.items(), key=lambda item: item[1]["data_offsets"][0]):
-                f.seek(start + info["data_offsets"][0])
-                where = f"{path}: {name}"
-                tensors[name] = _read_tensor(f, DTYPES[info["dtype"]], info["shape"], column_major, chunk_bytes, where)
+        tensors = {}
+        for name, info in sorted(header.items(), key=lambda item: item[1]["data_offsets"][0]):
+            f.seek(start + info["data_offsets"][0])
+            where = f"{path}: {name}"
+            tensors[name] = _read_tensor(f, DTYPES[info["dtype"]], info["shape"], column_major, chunk_bytes, where)
+    return _with_aliases(tensors, metadata)
+
+
+read_column_major: Reader = partial(read_safetensors, column_major=True)  # for decoding on a CPU
+
+
+def _with_aliases(tensors: dict[str, Tensor], metadata: dict) -> dict[str, Tensor]:
     for alias, name in metadata.items():  # safetensors' save_model records each dropped alias this way
         if alias not in tensors and name in tensors:
             tensors[alias] = tensors[name]
@@ -102,46 +106,41 @@ def _read_header(f, path: Path) -> tuple[int, dict, dict]:
 
 
 class MappedReads:
-    """Weights read as read-only views of memory-mapped files, so that only what is used is in memory.
+    """A reader whose tensors are views of memory-mapped files, so that only what is used is in memory.
 
-        with MappedReads() as maps:                  # read_safetensors maps files inside this block
-            model = load_model(directory)           # the weights themselves are not read yet
-            ...                                      # use the weights; maps.release() now and then
-            maps.detach(model)                       # copy what the model still holds out of the files
+        maps = MappedReads()
+        model = load_model(directory, read=maps.read)   # the weights themselves are not read yet
+        ...                                             # use the weights; maps.release() now and then
+        maps.detach(model)                              # copy what the model still holds out of the files
 
     The int8 loader uses this (aiayn.decode.quantize): it quantises layer by layer and calls
-    `release()` after each, so the float32 weights are never all in memory at once. `release()` gives
-    back the file pages read so far: nothing is lost, a later read maps them again. `detach` then
-    leaves the model with no tensor in a mapped file (a file changed in place must not reach it).
-    The views are read-only memory: writing into one kills the process, so only read them.
+    `release()` after each, so the float32 weights are never all in memory at once. The maps are
+    private (copy-on-write): the files never change. `release()` gives back the pages read so far; a
+    later read maps the file's contents again (so changes written into a mapped tensor are dropped:
+    release only what nothing will read again). `detach` leaves the model with no tensor in a mapped
+    file, so that a file later changed on disk cannot reach it.
     """
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.maps: list[tuple[mmap.mmap, int, int]] = []  # (map, first address, length)
 
-    def __enter__(self) -> MappedReads:
-        self._token = _MAPPED_READS.set(self)
-        return self
-
-    def __exit__(self, *exc) -> None:
-        _MAPPED_READS.reset(self._token)
-
-    def map(self, f, path: Path, start: int, header: dict) -> dict[str, Tensor]:
-        """The tensors of header as views of the file f, mapped read-only."""
-        mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    def read(self, path: str | Path) -> dict[str, Tensor]:
+        """The tensors of a safetensors file as views of its private map (a `Reader`)."""
+        path = Path(path)
+        with open(path, "rb") as f:
+            start, header, metadata = _read_header(f, path)
+            mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)
         length = len(mapped)
-        with warnings.catch_warnings():  # the views are read-only, which PyTorch warns about: nothing writes them
-            warnings.simplefilter("ignore", UserWarning)
-            self.maps.append((mapped, torch.frombuffer(mapped, dtype=torch.uint8, count=1).data_ptr(), length))
-            tensors = {}
-            for name, info in header.items():
-                dtype, shape, (begin, end) = DTYPES[info["dtype"]], info["shape"], info["data_offsets"]
-                n = math.prod(shape)
-                if end - begin != n * dtype.itemsize or start + end > length:
-                    raise ValueError(f"{path}: {name}: the file ends before this tensor does (truncated?)")
-                view = torch.frombuffer(mapped, dtype=dtype, count=n, offset=start + begin) if n else torch.empty(0, dtype=dtype)
-                tensors[name] = view.view(shape)
-        return tensors
+        self.maps.append((mapped, torch.frombuffer(mapped, dtype=torch.uint8, count=1).data_ptr(), length))
+        tensors = {}
+        for name, info in header.items():
+            dtype, shape, (begin, end) = DTYPES[info["dtype"]], info["shape"], info["data_offsets"]
+            n = math.prod(shape)
+            if end - begin != n * dtype.itemsize or start + end > length:
+                raise ValueError(f"{path}: {name}: the file ends before this tensor does (truncated?)")
+            view = torch.frombuffer(mapped, dtype=dtype, count=n, offset=start + begin) if n else torch.empty(0, dtype=dtype)
+            tensors[name] = view.view(shape)
+        return _with_aliases(tensors, metadata)
 
     def holds(self, t: Tensor) -> bool:
         """Whether t's memory lies in one of the mapped files."""
@@ -157,15 +156,11 @@ class MappedReads:
     def detach(self, model: nn.Module) -> None:
         """Every parameter and buffer of model still in a mapped file copied into memory of its own."""
         for module in model.modules():
-            for table in (module._parameters, module._buffers):
-                for name, t in table.items():
-                    if t is not None and self.holds(t):
-                        copy = t.detach().clone()
-                        table[name] = nn.Parameter(copy, requires_grad=False) if isinstance(t, nn.Parameter) else copy
+            for name, t in [*module.named_parameters(recurse=False), *module.named_buffers(recurse=False)]:
+                if self.holds(t):
+                    copy = t.detach().clone()
+                    setattr(module, name, nn.Parameter(copy, requires_grad=False) if isinstance(t, nn.Parameter) else copy)
         self.maps.clear()  # the maps close once no tensor views them
-
-
-_MAPPED_READS: ContextVar[MappedReads | None] = ContextVar("aiayn_mapped_reads", default=None)
 
 
 def _read_tensor(f, dtype: torch.dtype, shape: list[int], column_major: bool, chunk_bytes: int, where: str) -> Tensor:
@@ -187,14 +182,26 @@ def _read_tensor(f, dtype: torch.dtype, shape: list[int], column_major: bool, ch
     return out
 
 
-def write_atomic(path: Path, data: bytes) -> None:
-    """Write to a temporary file beside path, then rename: a crash never leaves half a file."""
+def write_atomic(path: Path, data: bytes, fault: str | None = None) -> None:
+    """Write to a temporary file beside path, then rename: a crash never leaves half a file.
+
+    A failed write (a full disk) removes the temporary file. fault names the points `{fault}.partial`
+    and `{fault}.before-rename` of aiayn.faults.
+    """
     tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            if fault:
+                faults.point(f"{fault}.partial", partial=tmp)
+            os.fsync(f.fileno())
+        if fault:
+            faults.point(f"{fault}.before-rename")
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def save_model(model: Transformer, directory: str | Path, vocab_proto: bytes | None = None, **extra) -> Path:
@@ -252,14 +259,15 @@ def read_model_config(directory: str | Path) -> ModelConfig:
         raise ValueError(f"{path}: model: {err}") from None
 
 
-def load_model(directory: str | Path, device: str | torch.device = "cpu", column_major: bool = False) -> Transformer:
-    """The Transformer saved in directory, in eval mode; column_major: see `read_safetensors`."""
+def load_model(directory: str | Path, device: str | torch.device = "cpu", read: Reader = read_safetensors) -> Transformer:
+    """The Transformer saved in directory, in eval mode, its weights read by `read` (`read_safetensors`,
+    `read_column_major` for decoding on a CPU, or `MappedReads().read`)."""
     directory = Path(directory)
     config = read_model_config(directory)
     weights = directory / WEIGHTS
     if not weights.is_file():
         raise FileNotFoundError(f"{directory}: no {WEIGHTS}")
-    state = read_safetensors(weights, column_major)
+    state = read(weights)
     with torch.device("meta"):  # names and shapes only
         skeleton = Transformer(config)
     _fill_tied(skeleton, state)

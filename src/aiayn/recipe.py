@@ -31,6 +31,7 @@ class DataConfig:
     vocab_size: int = field(default=8000, metadata={"help": "shared BPE vocabulary (§5.1: ~37,000 En-De)"})
     max_subwords: int = field(default=256, metadata={"help": "longer pairs are filtered (and reported)"})
     vocab_sample: int = 2_000_000  # sentences SentencePiece trains on
+    vocab: str = field(default="", metadata={"help": "an existing SentencePiece model to use; \"\" = train one in OUT"})
 
 
 @dataclass
@@ -73,8 +74,8 @@ class Recipe:
     train: TrainConfig = field(default_factory=TrainConfig)
 
     def model_config(self, vocab_size: int) -> ModelConfig:
-        """The ModelConfig named by the model section, with the vocabulary's size."""
-        fields = dict(self.model)
+        """The ModelConfig named by the model section, with the vocabulary's size and the data's languages."""
+        fields = {"src_lang": self.data.src_lang, "tgt_lang": self.data.tgt_lang, **self.model}
         preset = fields.pop("preset", None)
         fields["vocab_size"] = vocab_size
         return ModelConfig.preset(preset, **fields) if preset else ModelConfig.from_dict(fields)

@@ -9,7 +9,8 @@ import sys
 
 import yaml
 
-# name -> (module under aiayn.cli, one-line help). Modules are imported only when their command runs.
+# name -> (module under aiayn.cli, one-line help). Each module is imported to add its arguments; what is
+# heavy to import (torch, the model) each imports inside run(), when its command runs.
 COMMANDS = {
     "info": ("info", "print a model configuration and its parameter counts"),
     "copy-demo": ("copy_demo", "train a tiny model on the copy task and decode a few sequences"),

@@ -11,10 +11,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="model directories to average, or a training output folder (its last K checkpoints)")
     parser.add_argument("--out", required=True, help="the averaged model directory to write")
     parser.add_argument("--last", type=int, default=5, help="checkpoints to take from a training folder (5 base, 20 big)")
+    parser.add_argument("--force", action="store_true", help="replace the model files of a model already in --out")
 
 
 def run(args: argparse.Namespace) -> int:
     from ..train.checkpoint import average_checkpoints, checkpoint_steps
+    from .convert import check_output
 
     directories: list[Path] = []
     for item in map(Path, args.inputs):
@@ -24,6 +26,15 @@ def run(args: argparse.Namespace) -> int:
             directories.append(item)
         else:
             raise FileNotFoundError(f"{item}: neither a model directory nor a training folder with checkpoints/")
-    average_checkpoints(directories, Path(args.out))
+    if args.last < 1:
+        raise ValueError(f"--last {args.last}: take at least one checkpoint")
+    if not directories:
+        raise FileNotFoundError(f"{', '.join(args.inputs)}: no checkpoints to average")
+    out = Path(args.out)
+    for directory in directories:  # writing into a checkpoint being averaged could destroy it
+        check_output(directory, out)
+    if (out / "model.safetensors").exists() and not args.force:
+        raise ValueError(f"{out} already holds a model; pass --force to replace its model files")
+    average_checkpoints(directories, out)
     print(f"{args.out}: the mean of {len(directories)} checkpoint(s): {', '.join(str(d) for d in directories)}")
     return 0

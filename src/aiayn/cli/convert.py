@@ -21,7 +21,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the input format (default: read from its config.json)")
     parser.add_argument("--quantization", choices=QUANTIZATIONS,
                         help="CTranslate2 weight type (default: as stored, float32)")
-    parser.add_argument("--force", action="store_true", help="replace the output directory's model files")
+    parser.add_argument("--force", action="store_true",
+                        help="replace the model files in an existing output directory (nothing else in it is touched)")
+
+
+def check_output(model: Path, out: Path) -> None:
+    """Refuse an output that is the input, holds it, or lies inside it: writing there could destroy the model."""
+    source, target = model.resolve(), out.resolve()
+    if target == source:
+        raise ValueError(f"{out}: the output directory is the input model {model}; choose another")
+    if target in source.parents:
+        raise ValueError(f"{out}: the output directory holds the input model {model}; choose one beside it")
+    if source in target.parents:
+        raise ValueError(f"{out}: the output directory lies inside the input model {model}; choose one beside it")
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"{out}: a file, not a directory")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -36,10 +50,9 @@ def run(args: argparse.Namespace) -> int:
     if args.quantization and args.to != "ctranslate2":
         raise ValueError("--quantization applies to --to ctranslate2 only")
     out = Path(args.output)
+    check_output(Path(args.input), out)
     if args.to != "ctranslate2" and (out / "config.json").exists() and not args.force:
-        raise ValueError(f"{out} already holds a model; pass --force to replace it")
-    if Path(args.input).resolve() == out.resolve():
-        raise ValueError("the output directory must differ from the input directory")
+        raise ValueError(f"{out} already holds a model; pass --force to replace its model files")
     if args.to == "ctranslate2":
         to_ctranslate2(args.input, out, args.quantization, force=args.force)
     elif args.to == found:

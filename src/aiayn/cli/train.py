@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 
@@ -28,7 +29,13 @@ def run(args: argparse.Namespace) -> int:
         return 0
     recipe = _checked_recipe(args.recipe, overrides, known.out)
     out = Path(known.out) if known.out else Path("runs") / Path(args.recipe).stem
-    train(recipe, out, init=known.init)
+    try:
+        train(recipe, out, init=known.init, recipe_file=args.recipe)
+    except OSError as err:  # a full disk, a read-only folder: one line; what was saved before stays
+        if isinstance(err, FileNotFoundError):
+            raise
+        print(f"aiayn train: error: {err.filename + ': ' if err.filename else ''}{err.strerror or err}", file=sys.stderr)
+        return 1
     return 0
 
 

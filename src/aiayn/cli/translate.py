@@ -139,7 +139,20 @@ def translate_stream(translator, stream: BinaryIO, name: str, out: TextIO, n_bes
     return done
 
 
+def _same_file(a: str, b: str) -> bool:
+    """Whether two paths name one file: the same resolved path, or the same inode (a hard link)."""
+    if Path(a).resolve() == Path(b).resolve():
+        return True
+    try:
+        return os.path.samefile(a, b)
+    except OSError:  # b does not exist yet
+        return False
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.input and args.output and _same_file(args.input, args.output):
+        raise ValueError(f"-o {args.output}: the same file as -i {args.input}; the input would be replaced "
+                         f"by its translation; write to another file")
     translator = load_translator(args)
     name = args.input or "<stdin>"
     progress = None

@@ -7,6 +7,8 @@ Empty and over-long pairs are filtered, and the filter reports how many and why.
 from __future__ import annotations
 
 import gzip
+import hashlib
+import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -102,13 +104,58 @@ class EncodedCorpus:
     def __len__(self) -> int:
         return len(self.src)
 
-    def save(self, path: Path) -> None:
-        torch.save({"src": self.src, "tgt": self.tgt, "lines": self.lines}, path)
+    def save(self, path: Path, key: str) -> None:
+        """Write the cache: safetensors (flat int32 ids and offsets), then a JSON sidecar, both atomically.
+
+        The sidecar, written last, holds the cache's length and SHA-256 and the key it was built for
+        (source files, vocabulary, filter): `load` rebuilds a cache that a kill left half written.
+        """
+        from safetensors.torch import save
+
+        from .. import faults
+        from ..io import write_atomic
+
+        data = save({**_flat("src", self.src), **_flat("tgt", self.tgt), "lines": torch.tensor(self.lines, dtype=torch.int64)},
+                    metadata={"key": key})
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(path, data, fault="cache")
+        faults.point("cache.before-sidecar")
+        sidecar = {"key": key, "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+        write_atomic(_sidecar(path), json.dumps(sidecar).encode())
 
     @classmethod
-    def load(cls, path: Path) -> EncodedCorpus:
-        d = torch.load(path, weights_only=True)
-        return cls(d["src"], d["tgt"], d["lines"])
+    def load(cls, path: Path, key: str) -> EncodedCorpus | None:
+        """The cache at path if it is whole and was built for key; None (rebuild it) otherwise."""
+        from safetensors.torch import load
+
+        try:
+            sidecar = json.loads(_sidecar(path).read_text())
+            data = path.read_bytes()
+        except (OSError, ValueError):
+            return None
+        if not isinstance(sidecar, dict) or sidecar.get("key") != key or sidecar.get("bytes") != len(data):
+            return None
+        if sidecar.get("sha256") != hashlib.sha256(data).hexdigest():
+            return None
+        d = load(data)
+        return cls(_unflat("src", d), _unflat("tgt", d), d["lines"].tolist())
+
+
+def _sidecar(path: Path) -> Path:
+    return path.with_name(path.name + ".json")
+
+
+def _flat(name: str, rows: list[list[int]]) -> dict[str, torch.Tensor]:
+    """Ragged rows as one int32 vector and the offsets where each row starts (and the last ends)."""
+    offsets = torch.zeros(len(rows) + 1, dtype=torch.int64)
+    offsets[1:] = torch.tensor([len(r) for r in rows], dtype=torch.int64).cumsum(0)
+    flat = torch.tensor([i for r in rows for i in r], dtype=torch.int32)
+    return {name: flat, f"{name}_offsets": offsets}
+
+
+def _unflat(name: str, d: dict[str, torch.Tensor]) -> list[list[int]]:
+    flat, offsets = d[name].tolist(), d[f"{name}_offsets"].tolist()
+    return [flat[a:b] for a, b in zip(offsets, offsets[1:])]
 
 
 def encode_pairs(

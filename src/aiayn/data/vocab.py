@@ -12,6 +12,7 @@ import sentencepiece as spm
 
 # Special ids, fixed so that ModelConfig's defaults (pad 0, bos 1, eos 2, unk 3) hold for every vocabulary.
 PAD_ID, BOS_ID, EOS_ID, UNK_ID = 0, 1, 2, 3
+SEED = 1  # SentencePiece's sampling of training sentences
 
 
 def read_sentencepiece(model_proto: bytes, where: str) -> spm.SentencePieceProcessor:
@@ -52,13 +53,21 @@ class Vocab:
         return cls(Path(path).read_bytes(), str(path))
 
     def save(self, path: str | Path) -> None:
-        Path(path).write_bytes(self.proto)
+        """Write the model whole or not at all (temporary file, fsync, rename)."""
+        from ..io import write_atomic
+
+        write_atomic(Path(path), self.proto, fault="vocab")
 
     @classmethod
     @_clear_trainer_errors
     def train(cls, sentences: Iterable[str], vocab_size: int, seed_sentences: int = 2_000_000) -> Vocab:
-        """Train BPE on the given sentences (source and target text together, for a shared vocabulary)."""
+        """Train BPE on the given sentences (source and target text together, for a shared vocabulary).
+
+        Deterministic: the same sentences give the same model bytes (the sample of seed_sentences
+        is drawn with a fixed seed), so a run killed while training its vocabulary reruns exactly.
+        """
         out = io.BytesIO()
+        spm.set_random_generator_seed(SEED)
         spm.SentencePieceTrainer.train(
             sentence_iterator=iter(sentences),
             model_writer=out,

@@ -86,7 +86,7 @@ def beam_search(model: Transformer | StepModel, src: Tensor, config: DecodeConfi
             force_eos(log_probs, (t + 1 >= state.limits).repeat_interleave(k), model.eos_id)
         state, rows = _advance(state, log_probs, t, K, model.eos_id, config)
         done = _is_done(state, t, config)
-        sentences = torch.arange(len(done), device=src.device) if t == 0 else None  # None: the same ones
+        sentences = None  # every sentence stays, unless some are done
         if done.any():
             _collect(state, done, results, config.n_best)
             sentences = (~done).nonzero()[:, 0]

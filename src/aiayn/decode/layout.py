@@ -1,14 +1,16 @@
-"""Weights laid out for decoding on a CPU. Not in the paper: a speed measure (benchmarks/translate.py).
+"""A model made ready for decoding on a CPU. Not in the paper: speed measures (benchmarks/translate.py).
 
 Each decoding step multiplies a few rows (the live hypotheses: 1 to 4 x batch) by every weight
 matrix. Stored column-major (transposed), W.t() is a contiguous (in, out) matrix, so x W^T runs
-as MKL's plain NN product, which with 4 to 32 rows is 25-40% faster than with the (out, in) rows
-training uses, and no slower with 1 or 128 rows. The shared embedding and pre-softmax matrix
-(§3.4) is laid out the same way: the product reads it whole at every step, the lookup only a
-column per token. Values, shapes and names stay the same; only strides change.
+as MKL's plain NN product, faster with a few rows than with the (out, in) rows training uses
+(docs/translation.md). The shared embedding and pre-softmax matrix (§3.4) is laid out the same
+way: the product reads it whole at every step, the lookup only a column per token. Values, shapes
+and names stay the same; only strides change.
 
 `aiayn.io.read_safetensors(column_major=True)` reads weights straight into this layout;
-`for_decoding` converts the rest (a model built in memory, a .bin checkpoint).
+`for_decoding` converts the rest (a model built in memory, a .bin checkpoint) and puts decoding's
+own modules in place of the model's where they compute the same thing faster at a step: the
+buffered pre-softmax projection (`projection.py`) and decoder self-attention (`attention.py`).
 """
 
 from __future__ import annotations
@@ -16,7 +18,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from ..model import Transformer
+from ..model import DotProductAttention, OutputProjection, Transformer
+from .attention import OneQueryAttention
+from .projection import BufferedProjection
 
 
 def is_column_major(t: Tensor) -> bool:
@@ -31,9 +35,10 @@ def column_major(t: Tensor) -> Tensor:
 
 @torch.no_grad()
 def for_decoding(model: Transformer) -> Transformer:
-    """The model, in place, made ready for decoding on a CPU: eval mode, matrices column-major, and
-    an all-zero logits bias (Marian checkpoints carry one) dropped, which adds nothing but a pass over
-    the (N, V) logits at every step. The model must not be trained afterwards (its tensors change).
+    """The model, in place, made ready for decoding: eval mode, and on a CPU matrices column-major,
+    decoding's projection and self-attention modules in place, and an all-zero logits bias (Marian
+    checkpoints carry one) dropped, which adds nothing but a pass over the (N, V) logits at every
+    step. The model must not be trained afterwards (its tensors change).
     """
     model.eval()
     if next(model.parameters()).device.type != "cpu":
@@ -44,4 +49,10 @@ def for_decoding(model: Transformer) -> Transformer:
                 setattr(module, name, nn.Parameter(column_major(param), requires_grad=False))
     if model.logits_bias is not None and not model.logits_bias.any():
         model.logits_bias = None
+    if type(model.output_proj) is OutputProjection:  # not already replaced (int8, or a second call)
+        model.output_proj = BufferedProjection(model.output_proj)
+    for layer in model.decoder.layers:
+        attention = layer.self_attn.attention
+        if type(attention) is DotProductAttention:
+            layer.self_attn.attention = OneQueryAttention(attention.p_drop)
     return model

@@ -2,12 +2,12 @@
 benchmarks/translate.py (BLEU within 0.5 of float32 is the bar).
 
 Every linear layer of the encoder and decoder gets PyTorch's dynamic quantisation (int8 weights with
-one scale per output row, activations quantised per batch); W^Q, W^K, W^V of each self-attention
-become one layer. The vocabulary matrix, shared by the embeddings and the pre-softmax projection
-(§3.4), is held once, as int8 rows with a scale each (`Int8Vocabulary`): lookups dequantise the rows
-they read, and the projection multiplies int8 by int8 (`torch._int_mm`) straight into the decoder's
-logits buffer, so the 30 MiB of logits per step of beam 4 at batch 32 take no fresh memory (nor
-its page faults, which cost PyTorch's own quantised projection about a fifth of its time).
+one scale per output row, activations quantised per batch). The vocabulary matrix, shared by the
+embeddings and the pre-softmax projection (§3.4), is held once, as int8 rows with a scale each
+(`Int8Vocabulary`): lookups dequantise the rows they read, and the projection multiplies int8 by
+int8 (`torch._int_mm`) straight into a logits buffer of its own (`projection.LogitsBuffer`), so the
+logits of a step take no fresh memory, nor its page faults (docs/translation.md). The model's
+modules are swapped whole for these; the model's code does not change.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from torch import Tensor, nn
 
 from ..model import Transformer
 from ..model.embedding import TokenEmbedding
+from .projection import LogitsBuffer
 
 
 class Int8Vocabulary(nn.Module):
@@ -75,12 +76,17 @@ class Int8Projection(nn.Module):
         super().__init__()
         self.vocabulary = vocabulary
         self.register_buffer("bias", None if bias is None or not bias.any() else bias.detach().float().clone())
+        self.logits = LogitsBuffer()
 
-    def forward(self, hidden: Tensor, out: Tensor | None = None) -> Tensor:
-        """hidden (..., D) -> logits (..., V); a (N, V) out buffer is used for hidden (N, D)."""
-        logits = self.vocabulary.product(hidden.reshape(-1, hidden.size(-1)), out if hidden.dim() == 2 else None)
-        logits = logits.view(*hidden.shape[:-1], -1)
-        return logits if self.bias is None else logits.add_(self.bias)
+    def forward(self, hidden: Tensor, bias: Tensor | None = None) -> Tensor:
+        """hidden (..., D) -> logits (..., V); for hidden (N, D), in this module's buffer (valid until the next call)."""
+        V = self.vocabulary.weight.size(0)
+        out = self.logits.rows(hidden.size(0), V, hidden.device) if hidden.dim() == 2 else None
+        logits = self.vocabulary.product(hidden.reshape(-1, hidden.size(-1)), out).view(*hidden.shape[:-1], V)
+        for b in (self.bias, bias):
+            if b is not None:
+                logits.add_(b)
+        return logits
 
 
 @torch.no_grad()
@@ -100,8 +106,7 @@ def quantize_int8(model: Transformer, release: Callable[[], None] | None = None)
             if id(embed.weight) not in tables:
                 tables[id(embed.weight)] = Int8Vocabulary(embed.weight)
             stack.embed = Int8Embedding(tables[id(embed.weight)], embed.scale)
-    untied = getattr(model, "output_proj", None)
-    vocabulary = Int8Vocabulary(untied.weight) if isinstance(untied, nn.Linear) else model.decoder.embed.vocabulary
+    vocabulary = model.decoder.embed.vocabulary if model.config.tie_output else Int8Vocabulary(model.output_proj.matrix)
     model.output_proj = Int8Projection(vocabulary, model.logits_bias)
     model.logits_bias = None
     if release is not None:
@@ -109,13 +114,6 @@ def quantize_int8(model: Transformer, release: Callable[[], None] | None = None)
     with warnings.catch_warnings():  # torch.ao's eager quantisation warns that it is deprecated
         warnings.simplefilter("ignore")
         for layer in (*model.encoder.layers, *model.decoder.layers):  # a layer at a time: float freed as we go
-            attn = layer.self_attn
-            parts = (attn.q_proj, attn.k_proj, attn.v_proj)
-            fused = nn.Linear(parts[0].in_features, 3 * parts[0].out_features, device="meta")
-            fused.weight = nn.Parameter(torch.cat([p.weight for p in parts]), requires_grad=False)
-            fused.bias = nn.Parameter(torch.cat([p.bias for p in parts]), requires_grad=False)
-            attn.qkv_proj = fused  # one int8 product for Q, K and V; self-attention reads only this
-            del attn.q_proj, attn.k_proj, attn.v_proj, parts, fused
             _quantize_linears(layer)
             if release is not None:
                 release()

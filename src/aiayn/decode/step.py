@@ -2,7 +2,9 @@
 
 Greedy search, beam search and sampling see a model only as a `StepModel`: `start(src)` encodes
 the source once and returns the cache, `step(tokens, cache)` scores the next token. A cache is
-anything with `index_select(rows)`, which reorders beams and drops finished sentences in one go.
+anything with `index_select(rows, sentences)`, which reorders beams and drops finished sentences in
+one go. A cache passed to `step` or `index_select` is used up (the Transformer's raises if used
+again, see `state.py`), and the log-probabilities a step returns are valid until the next step.
 Tests drive the same searches with hand-written probability tables through this interface.
 
 Dimension legend: B sentences, N = B x beams rows, S source length, V target vocabulary.
@@ -17,13 +19,14 @@ import torch
 from torch import Tensor
 
 from ..config import DecodeConfig
-from ..model import DecoderState, Transformer
+from ..model import Transformer
 from ..model.masks import padding_mask
+from .state import DecoderState, KVBuffer
 
 
 class Cache(Protocol):
     def index_select(self, index: Tensor, sentences: Tensor | None = None) -> Any:
-        """Rows index (hypotheses) kept, in order; with beams, sentences kept (None: unchanged)."""
+        """Rows index (hypotheses) kept, in order; sentences kept, in order (None: every one stays)."""
 
 
 class StepModel(Protocol):
@@ -47,19 +50,27 @@ class TransformerStep:
         self.bos_id, self.eos_id, self.pad_id = cfg.bos_id, cfg.eos_id, cfg.pad_id
         self.banned = tuple(sorted({cfg.pad_id, cfg.bos_id}))
         self.max_len = cfg.max_len
-        self.buffer: Tensor | None = None  # (N, V) logits, then log-probs, rewritten every step
 
-    def start(self, src: Tensor) -> DecoderState:
-        """Run the encoder once: src (B, S) -> the decoder's starting state."""
+    def start(self, src: Tensor, capacity: int = 64) -> DecoderState:
+        """Run the encoder once: src (B, S) -> the decoder's state before any target token.
+
+        The encoder keys/values of every decoder layer are computed here, once (§3.2.3); the
+        self-attention caches start with room for `capacity` positions and grow as needed.
+        """
         memory, src_mask = self.encode_by_length(src)
-        return self.model.start_state(memory, src_mask)
+        memory_kv = self.model.decoder.memory_kv(memory)
+        shape = self.model.config.decoder
+        capacity = min(capacity, self.max_len)
+        caches = [KVBuffer.empty(src.size(0), shape.heads, shape.d_k, shape.d_v, capacity, memory)
+                  for _ in range(shape.layers)]
+        return DecoderState(src_mask, memory_kv, caches)
 
     def encode_by_length(self, src: Tensor, groups: int = 4) -> tuple[Tensor, Tensor]:
         """model.encode(src), the sentences encoded in groups of similar length, each cut to its longest.
 
         A batch in no particular order pads every sentence to the longest, and the encoder's products
-        spend much of their time on the padding (23% less encoder time on the benchmark's batches of
-        32). Padded positions, which the decoder never reads (they are masked), may hold zeros.
+        spend much of their time on the padding (docs/translation.md). Padded positions, which the
+        decoder never reads (they are masked), may hold zeros.
         """
         lengths = (src != self.pad_id).sum(dim=1)  # (B,)
         B, S = src.shape
@@ -76,17 +87,16 @@ class TransformerStep:
         return memory, padding_mask(src, self.pad_id)
 
     def step(self, tokens: Tensor, cache: DecoderState) -> tuple[Tensor, DecoderState]:
-        """tokens (N, 1) -> log-probabilities (N, V) of the next token, and the extended cache.
+        """tokens (N, 1) -> log-probabilities (N, V) of the next token, and the extended state.
 
-        The log-probabilities live in a buffer that the next step overwrites: one allocation (and
-        one set of page faults) for the whole search instead of two tensors of N x V per step.
+        The state passed in is used up. The log-probabilities are computed in place over the logits:
+        with `layout.for_decoding`'s projection that is a buffer the next step overwrites.
         """
-        N, V = tokens.size(0), self.model.config.target_vocab_size
-        if self.buffer is None or self.buffer.size(0) < N or self.buffer.device != tokens.device:
-            self.buffer = torch.empty(N, V, device=tokens.device)
-        out = self.buffer[:N]
-        logits, cache = self.model.decode_step(tokens, cache, out=out)  # into out when they are float32
-        return torch.log_softmax(logits.float(), dim=-1, out=out), cache  # in place, row by row
+        state = cache.take()
+        logits = self.model.decode_step(tokens, state.memory_kv, state.src_mask, state.caches)  # (N, V)
+        if logits.dtype != torch.float32:  # half precision: float32 log-probabilities, a new tensor
+            return logits.float().log_softmax(dim=-1), state
+        return torch.log_softmax(logits, dim=-1, out=logits), state
 
 
 class Prefix:
@@ -159,4 +169,4 @@ def drop_ended(ended: Tensor, alive: Tensor, tokens: Tensor, cache: Any) -> tupl
     keep = (~ended).nonzero()[:, 0]
     if keep.numel() == 0:
         return None
-    return alive[keep], tokens[keep], cache.index_select(keep)
+    return alive[keep], tokens[keep], cache.index_select(keep, keep)  # one row per sentence

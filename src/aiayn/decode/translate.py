@@ -79,20 +79,21 @@ class Translator:
     @classmethod
     def load(cls, path: str | Path, device: str | torch.device = "cpu", int8: bool = False, **options: Any) -> Translator:
         """An aiayn model directory, or a Hugging Face Marian one; options override its decoding defaults."""
+        from ..io import MappedReads, read_column_major, read_safetensors
         from ..marian import load_any
 
         check_device(device)
         if int8:  # weights mapped from the file and quantised a layer at a time: never all float32 at once
-            from ..io import MappedReads
             from .quantize import quantize_int8
 
-            with MappedReads() as maps:
-                model, tokenizer, defaults = load_any(path, device)
-                model = quantize_int8(model, release=maps.release)
-                maps.detach(model)
+            maps = MappedReads()
+            model, tokenizer, defaults = load_any(path, device, read=maps.read)
+            model = quantize_int8(model, release=maps.release)
+            maps.detach(model)
         else:
-            model, tokenizer, defaults = load_any(path, device, column_major=torch.device(device).type == "cpu")
-            for_decoding(model)  # the model is this translator's own: lay it out for decoding
+            read = read_column_major if torch.device(device).type == "cpu" else read_safetensors
+            model, tokenizer, defaults = load_any(path, device, read=read)
+        for_decoding(model)  # the model is this translator's own: ready it for decoding
         defaults = defaults or DecodeConfig()
         search = {k: v for k, v in options.items() if k in DecodeConfig.__dataclass_fields__ and v is not None}
         batching = {k: v for k, v in options.items() if k not in search and v is not None}

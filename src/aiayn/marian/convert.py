@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 import tempfile
 from pathlib import Path
 
@@ -58,20 +59,18 @@ def save_tokenizer(tokenizer: Vocab | MarianTokenizer, directory: str | Path) ->
 
 
 def load_any(
-    directory: str | Path, device: str | torch.device = "cpu", column_major: bool = False
+    directory: str | Path, device: str | torch.device = "cpu", read: io.Reader = io.read_safetensors
 ) -> tuple[Transformer, Vocab | MarianTokenizer, DecodeConfig | None]:
-    """An aiayn or Marian directory as (model, tokenizer, decode config or None for aiayn's defaults).
-
-    column_major: matrices stored transposed, for decoding on a CPU (aiayn.io.read_safetensors).
-    """
+    """An aiayn or Marian directory as (model, tokenizer, decode config or None for aiayn's defaults);
+    `read` reads the weights (aiayn.io.read_column_major for decoding on a CPU, MappedReads().read)."""
     if detect_format(directory) == "marian":
-        return load_marian(directory, device, column_major)
+        return load_marian(directory, device, read)
     meta = io.read_config(directory)
     try:
         decode = DecodeConfig.from_dict(meta["decode"]) if "decode" in meta else None
     except ValueError as err:
         raise ValueError(f"{Path(directory) / io.CONFIG}: decode: {err}") from None
-    return io.load_model(directory, device, column_major), load_tokenizer(directory), decode
+    return io.load_model(directory, device, read), load_tokenizer(directory), decode
 
 
 def marian_to_aiayn(marian_dir: str | Path, out_dir: str | Path) -> Path:
@@ -94,12 +93,22 @@ def to_ctranslate2(model_dir: str | Path, out_dir: str | Path, quantization: str
     """A CTranslate2 model through ctranslate2's TransformersConverter (an aiayn model goes via Marian)."""
     if quantization is not None and quantization not in QUANTIZATIONS:
         raise ValueError(f"unknown quantization {quantization!r}; choose from {', '.join(QUANTIZATIONS)}")
-    if Path(out_dir).exists() and not force:
-        raise ValueError(f"{out_dir} exists; pass --force to replace it")
-    if detect_format(model_dir) == "marian":
-        return _run_ctranslate2(Path(model_dir), Path(out_dir), quantization)
-    with tempfile.TemporaryDirectory(prefix="aiayn-marian-") as tmp:
-        return _run_ctranslate2(aiayn_to_marian(model_dir, tmp), Path(out_dir), quantization)
+    out_dir = Path(out_dir)
+    if out_dir.exists() and not force:
+        raise ValueError(f"{out_dir} exists; pass --force to replace its model files")
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    # ctranslate2's converter deletes its whole output directory: let it write a fresh one beside
+    # out_dir, then move its files in, so that --force replaces only the files the converter writes.
+    with tempfile.TemporaryDirectory(prefix=".aiayn-ct2-", dir=out_dir.parent) as tmp:
+        converted = Path(tmp) / "ct2"
+        if detect_format(model_dir) == "marian":
+            _run_ctranslate2(Path(model_dir), converted, quantization)
+        else:
+            _run_ctranslate2(aiayn_to_marian(model_dir, Path(tmp) / "marian"), converted, quantization)
+        out_dir.mkdir(exist_ok=True)
+        for path in converted.iterdir():
+            os.replace(path, out_dir / path.name)
+    return out_dir
 
 
 def _run_ctranslate2(marian_dir: Path, out_dir: Path, quantization: str | None) -> Path:

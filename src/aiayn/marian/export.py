@@ -59,14 +59,18 @@ def marian_config(config: ModelConfig) -> dict:
     """config.json of the Hugging Face Marian model that computes what Transformer(config) computes."""
     if config.positions != "sinusoidal":
         raise ValueError("learned positions (Table 3 row E) cannot be exported: Marian's position table is fixed sinusoids")
+    for stack in (config.encoder, config.decoder):
+        if stack.heads * stack.d_k != config.d_model or stack.d_v != stack.d_k:
+            raise ValueError(f"d_k {stack.d_k}, d_v {stack.d_v} with {stack.heads} heads cannot be exported: "
+                             "Marian's heads are d_model / h wide")
     if config.layer_norm_eps != 1e-5:
         raise ValueError(f"layer_norm_eps {config.layer_norm_eps} cannot be exported: Marian's layer norms use 1e-5")
     return {
         "architectures": ["MarianMTModel"], "model_type": "marian",
         "vocab_size": config.vocab_size, "decoder_vocab_size": config.target_vocab_size,
         "d_model": config.d_model, "encoder_layers": config.n_layers, "decoder_layers": config.decoder_layers,
-        "encoder_attention_heads": config.n_heads, "decoder_attention_heads": config.n_heads,
-        "encoder_ffn_dim": config.d_ff, "decoder_ffn_dim": config.d_ff,
+        "encoder_attention_heads": config.encoder.heads, "decoder_attention_heads": config.decoder.heads,
+        "encoder_ffn_dim": config.encoder.d_ff, "decoder_ffn_dim": config.decoder.d_ff,
         "activation_function": ACTIVATION_NAMES[config.activation],
         "dropout": config.p_drop, "attention_dropout": config.p_attn_drop, "activation_dropout": config.p_ffn_drop,
         "max_position_embeddings": config.max_len, "scale_embedding": config.scale_embedding,

@@ -16,7 +16,7 @@ import torch
 from torch import Tensor
 
 from ..config import DecodeConfig, ModelConfig
-from ..io import check_state, read_safetensors
+from ..io import Reader, check_state, read_safetensors
 from ..model import Transformer, sinusoid_table
 from .tokenizer import VOCAB, MarianTokenizer, read_json
 
@@ -71,9 +71,6 @@ def read_marian_config(directory: str | Path) -> dict:
 
 def model_config_from_marian(cfg: dict, unk_id: int) -> ModelConfig:
     """The aiayn ModelConfig of a Marian config.json (as read by `read_marian_config`)."""
-    for enc, dec in (("encoder_attention_heads", "decoder_attention_heads"), ("encoder_ffn_dim", "decoder_ffn_dim")):
-        if cfg[enc] != cfg[dec]:
-            raise ValueError(f"config.json: {enc} {cfg[enc]} != {dec} {cfg[dec]}; aiayn needs them equal")
     if cfg["activation_function"] not in ACTIVATIONS:
         raise ValueError(f"config.json: activation_function {cfg['activation_function']!r} is not supported "
                          f"(choose from {', '.join(ACTIVATIONS)})")
@@ -84,7 +81,9 @@ def model_config_from_marian(cfg: dict, unk_id: int) -> ModelConfig:
         tgt_vocab_size=None if shared or decoder_vocab == cfg["vocab_size"] else decoder_vocab,
         d_model=cfg["d_model"], d_ff=cfg["encoder_ffn_dim"], n_heads=cfg["encoder_attention_heads"],
         n_layers=cfg["encoder_layers"],
-        n_decoder_layers=None if cfg["decoder_layers"] == cfg["encoder_layers"] else cfg["decoder_layers"],
+        n_decoder_layers=_unless_equal(cfg, "decoder_layers", "encoder_layers"),
+        n_decoder_heads=_unless_equal(cfg, "decoder_attention_heads", "encoder_attention_heads"),
+        d_decoder_ff=_unless_equal(cfg, "decoder_ffn_dim", "encoder_ffn_dim"),
         p_drop=cfg["dropout"], p_attn_drop=cfg["attention_dropout"], p_ffn_drop=cfg["activation_dropout"],
         max_len=cfg["max_position_embeddings"],
         pad_id=cfg["pad_token_id"], bos_id=cfg["decoder_start_token_id"], eos_id=cfg["eos_token_id"], unk_id=unk_id,
@@ -92,6 +91,11 @@ def model_config_from_marian(cfg: dict, unk_id: int) -> ModelConfig:
         scale_embedding=bool(cfg["scale_embedding"]), share_embeddings=shared,
         tie_output=bool(cfg["tie_word_embeddings"]), final_logits_bias=True, layer_norm_eps=1e-5,
     )
+
+
+def _unless_equal(cfg: dict, decoder_key: str, encoder_key: str) -> int | None:
+    """The decoder's own size where it differs from the encoder's (None: the same)."""
+    return None if cfg[decoder_key] == cfg[encoder_key] else cfg[decoder_key]
 
 
 def decode_config_from_marian(cfg: dict, generation: dict) -> DecodeConfig:
@@ -116,18 +120,15 @@ def decode_config_from_marian(cfg: dict, generation: dict) -> DecodeConfig:
                         forced_eos=forced == cfg["eos_token_id"])
 
 
-def read_weights(directory: str | Path, column_major: bool = False) -> dict[str, Tensor]:
-    """model.safetensors (also sharded), else pytorch_model.bin loaded with weights_only (no pickled code).
-
-    column_major: matrices stored transposed, for decoding (see aiayn.io.read_safetensors; .bin files
-    are read as they are).
-    """
+def read_weights(directory: str | Path, read: Reader = read_safetensors) -> dict[str, Tensor]:
+    """model.safetensors (also sharded) through `read`, else pytorch_model.bin loaded with weights_only
+    (no pickled code; read as it is stored)."""
     directory = Path(directory)
     if (directory / SAFETENSORS).is_file():
-        return read_safetensors(directory / SAFETENSORS, column_major)
+        return read(directory / SAFETENSORS)
     if (directory / SAFETENSORS_INDEX).is_file():
         files = sorted(set(read_json(directory / SAFETENSORS_INDEX)["weight_map"].values()))
-        return {k: v for f in files for k, v in read_safetensors(directory / f, column_major).items()}
+        return {k: v for f in files for k, v in read(directory / f).items()}
     if (directory / TORCH_BIN).is_file():
         try:
             weights = torch.load(directory / TORCH_BIN, map_location="cpu", weights_only=True)
@@ -183,26 +184,26 @@ def check_positions(table: Tensor, config: ModelConfig, where: str) -> None:
 
 
 def load_marian(
-    directory: str | Path, device: str | torch.device = "cpu", column_major: bool = False
+    directory: str | Path, device: str | torch.device = "cpu", read: Reader = read_safetensors
 ) -> tuple[Transformer, MarianTokenizer, DecodeConfig]:
     """A Hugging Face Marian directory as (aiayn Transformer in eval mode, tokenizer, generation defaults)."""
     directory = Path(directory)
     cfg = read_marian_config(directory)
     tokenizer = MarianTokenizer.load(directory)
     _check_vocab(tokenizer, model_config_from_marian(cfg, unk_id=tokenizer.unk_id), directory)
-    model = load_marian_model(directory, device, tokenizer.unk_id, column_major)
+    model = load_marian_model(directory, device, tokenizer.unk_id, read)
     generation = read_json(directory / GENERATION_CONFIG) if (directory / GENERATION_CONFIG).is_file() else {}
     return model, tokenizer, decode_config_from_marian(cfg, generation)
 
 
 def load_marian_model(
-    directory: str | Path, device: str | torch.device = "cpu", unk_id: int = 1, column_major: bool = False
+    directory: str | Path, device: str | torch.device = "cpu", unk_id: int = 1, read: Reader = read_safetensors
 ) -> Transformer:
     """The model of a Marian directory alone (no tokenizer needed), in eval mode; unk_id: the tokenizer's."""
     config = model_config_from_marian(read_marian_config(directory), unk_id=unk_id)
     with torch.device("meta"):  # names and shapes only: the checkpoint's tensors become the weights
         skeleton = Transformer(config)
-    weights = read_weights(directory, column_major)
+    weights = read_weights(directory, read)
     model = Transformer.from_state_dict(config, state_dict_from_marian(weights, skeleton, str(directory)))
     return model.to(device).eval()
 

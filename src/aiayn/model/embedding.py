@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..config import ModelConfig
@@ -65,3 +66,27 @@ class Positions(nn.Module):
         if offset + length > self.max_len:
             raise ValueError(f"sequence of {offset + length} positions is longer than max_len {self.max_len}")
         return self.table[offset : offset + length]
+
+
+class OutputProjection(nn.Module):
+    """The pre-softmax linear transformation (§3.4): logits = x W^T (+ a bias, Marian's; the paper has none).
+
+    Tied (§3.4), W is the target embedding's matrix, read from that module at every call and not
+    registered here, so that it is saved once, under the embedding's name.
+    """
+
+    def __init__(self, d_model: int, vocab_size: int, tied_to: TokenEmbedding | None = None):
+        super().__init__()
+        self._tied = (tied_to,)  # a tuple: a reference, not a submodule
+        if tied_to is None:
+            self.weight = nn.Parameter(torch.empty(vocab_size, d_model))  # (V, D)
+            nn.init.xavier_uniform_(self.weight)
+
+    @property
+    def matrix(self) -> Tensor:
+        """W (V, D): this module's own, or the tied embedding's."""
+        tied = self._tied[0]
+        return self.weight if tied is None else tied.weight
+
+    def forward(self, hidden: Tensor, bias: Tensor | None = None) -> Tensor:
+        return F.linear(hidden, self.matrix, bias)  # (..., D) -> (..., V)

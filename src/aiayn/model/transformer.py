@@ -5,16 +5,15 @@ Dimension legend: B batch, S source length, T target length, D d_model, V vocabu
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 from typing import NamedTuple
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..config import ModelConfig
-from .attention import KeyValue, KVCache
-from .embedding import Positions, TokenEmbedding, sinusoid_table
+from .attention import KeyValue, SelfAttentionCache
+from .embedding import OutputProjection, Positions, TokenEmbedding, sinusoid_table
 from .layers import DecoderLayer, EncoderLayer
 from .masks import causal_mask, padding_mask
 
@@ -30,57 +29,6 @@ class Attention(NamedTuple):
 class Output(NamedTuple):
     logits: Tensor  # (B, T, V)
     attention: Attention
-
-
-@dataclass
-class DecoderState:
-    """What incremental decoding carries from one step to the next; decode_step fills it in place.
-
-    Its rows are hypotheses. With beam search, rows b*K .. b*K+K-1 are the K beams of sentence b,
-    and they all read that sentence's one copy of the encoder keys/values.
-    """
-
-    src_mask: Tensor  # (B, 1, 1, S), True = may attend
-    memory_kv: list[KeyValue]  # per decoder layer, encoder keys/values (B, h, S, d_k), computed once
-    self_kv: list[KVCache] = field(default_factory=list)  # per layer, t positions of (B*K, h, d_k)
-    spare: Tensor | None = None  # a free buffer shaped like the caches', reused by index_select
-
-    @property
-    def length(self) -> int:
-        """Target positions decoded so far."""
-        return self.self_kv[0].length if self.self_kv else 0
-
-    @property
-    def rows(self) -> int:
-        """Hypotheses (B*K)."""
-        return self.self_kv[0].k.size(1) if self.self_kv else self.src_mask.size(0)
-
-    def index_select(self, index: Tensor, sentences: Tensor | None = None) -> DecoderState:
-        """Keep or reorder rows (beam reordering, dropping finished sentences); this state is used up.
-
-        index (N',) picks the hypotheses. The encoder side follows index while there is one hypothesis
-        per sentence; with beams, `sentences` (B',) picks the sentences kept (None: all, unchanged).
-        Each cache is copied once, into the spare buffer, whose place the old buffer then takes.
-        """
-        if sentences is None and self.rows == self.src_mask.size(0):
-            sentences = index
-        memory_kv, src_mask = self.memory_kv, self.src_mask
-        if sentences is not None:
-            memory_kv = [kv.index_select(sentences) for kv in memory_kv]
-            src_mask = src_mask.index_select(0, sentences)
-        t, spare, buffers = self.length, self.spare, []
-        # Row j of position p sits at p * N + j of a (t * N, h * d_k) view: one row-wise select per
-        # buffer, about twice as fast as index_select along dim 1 of (t, N, h, d_k).
-        flat = (torch.arange(t, device=index.device)[:, None] * self.rows + index).view(-1)  # (t * N',)
-        for buffer in (b for cache in self.self_kv for b in (cache.k, cache.v)):
-            shape = (buffer.size(0), len(index), *buffer.shape[2:])
-            if spare is None or spare.shape != shape:
-                spare = buffer.new_empty(shape)
-            torch.index_select(buffer[:t].flatten(0, 1).flatten(1), 0, flat, out=spare[:t].flatten(0, 1).flatten(1))
-            buffers.append(spare)
-            spare = buffer if buffer.shape == shape else None
-        caches = [KVCache(k, v, t) for k, v in zip(buffers[::2], buffers[1::2])]
-        return DecoderState(src_mask, memory_kv, caches, spare)
 
 
 class Encoder(nn.Module):
@@ -116,24 +64,25 @@ class Decoder(nn.Module):
         return [layer.cross_attn.project_kv(memory) for layer in self.layers]
 
     def forward(
-        self, tgt: Tensor, state: DecoderState, weights: Attention | None = None
-    ) -> tuple[Tensor, list[KeyValue]]:
-        """tgt (B, T) ids of the positions after the cached ones -> hidden (B, T, D), new caches."""
-        offset, T = state.length, tgt.size(1)
+        self,
+        tgt: Tensor,
+        memory_kv: list[KeyValue],
+        src_mask: Tensor,
+        caches: Sequence[SelfAttentionCache] | None = None,
+        weights: Attention | None = None,
+    ) -> Tensor:
+        """tgt (B, T) ids of the positions after the cached ones (all of them without caches) -> (B, T, D)."""
+        offset, T = (caches[0].length if caches else 0), tgt.size(1)
         y = self.dropout(self.embed(tgt) + self.positions(T, offset))
         # A single new position may read every cached one; only a block of T > 1 needs the triangle.
         self_mask = causal_mask(T, offset + T, tgt.device) if T > 1 else None
-        new_kv = []
         for i, layer in enumerate(self.layers):
-            cache = state.self_kv[i] if state.self_kv else None
-            y, kv, (w_self, w_cross) = layer(
-                y, state.memory_kv[i], self_mask, state.src_mask, cache, need_weights=weights is not None
-            )
-            new_kv.append(kv)
+            y, (w_self, w_cross) = layer(y, memory_kv[i], self_mask, src_mask, caches[i] if caches else None,
+                                         need_weights=weights is not None)
             if weights is not None:
                 weights.decoder.append(w_self)
                 weights.cross.append(w_cross)
-        return y, new_kv
+        return y
 
 
 class Transformer(nn.Module):
@@ -153,8 +102,7 @@ class Transformer(nn.Module):
         self.decoder = Decoder(config, tgt_embed, positions)
         # Marian's final logits bias: a saved buffer, not trained, as Hugging Face holds it (and counts it).
         self.register_buffer("logits_bias", torch.zeros(config.target_vocab_size) if config.final_logits_bias else None)
-        if not config.tie_output:
-            self.output_proj = nn.Linear(config.d_model, config.target_vocab_size, bias=False)
+        self.output_proj = OutputProjection(config.d_model, config.target_vocab_size, tgt_embed if config.tie_output else None)
         self._init_linear_weights()
 
     @classmethod
@@ -186,30 +134,13 @@ class Transformer(nn.Module):
         src_mask = padding_mask(src, self.config.pad_id)
         return self.encoder(src, src_mask, weights), src_mask
 
-    def start_state(self, memory: Tensor, src_mask: Tensor) -> DecoderState:
-        """The decoding state before any target token: the encoder keys/values, computed once."""
-        return DecoderState(src_mask, self.decoder.memory_kv(memory))
-
-    def project(self, hidden: Tensor, out: Tensor | None = None) -> Tensor:
-        """Pre-softmax linear transformation (§3.4), tied to the target embedding: (..., D) -> (..., V).
-
-        out: a (B, V) buffer for the logits of hidden (B, D), reused from step to step by decoding.
-        """
-        proj = getattr(self, "output_proj", None)
-        if out is not None and out.dtype != hidden.dtype:
-            out = None  # e.g. float16 logits, which decoding turns into float32 log-probabilities itself
-        if proj is not None and not isinstance(proj, nn.Linear):
-            return proj(hidden, out)  # a replacement that carries the bias, e.g. int8 (aiayn.decode.quantize)
-        weight = self.decoder.embed.weight if proj is None else proj.weight
-        if out is None:
-            return F.linear(hidden, weight, self.logits_bias)
-        torch.mm(hidden, weight.t(), out=out)  # then add the bias: faster than addmm's broadcast copy
-        return out if self.logits_bias is None else out.add_(self.logits_bias)
+    def project(self, hidden: Tensor) -> Tensor:
+        """Pre-softmax linear transformation (§3.4), tied to the target embedding: (..., D) -> (..., V)."""
+        return self.output_proj(hidden, self.logits_bias)
 
     def decode(self, tgt: Tensor, memory: Tensor, src_mask: Tensor, weights: Attention | None = None) -> Tensor:
         """Teacher-forced decoding of tgt (B, T) against z: logits (B, T, V)."""
-        hidden, _ = self.decoder(tgt, self.start_state(memory, src_mask), weights)
-        return self.project(hidden)
+        return self.project(self.decoder(tgt, self.decoder.memory_kv(memory), src_mask, weights=weights))
 
     def forward(self, src: Tensor, tgt_in: Tensor, return_attention: bool = False) -> Tensor | Output:
         """src (B, S), tgt_in (B, T) shifted right -> logits (B, T, V), or Output with the weights."""
@@ -218,14 +149,16 @@ class Transformer(nn.Module):
         logits = self.decode(tgt_in, memory, src_mask, weights)
         return Output(logits, weights) if return_attention else logits
 
-    def decode_step(self, tokens: Tensor, state: DecoderState, out: Tensor | None = None) -> tuple[Tensor, DecoderState]:
-        """Incremental decoding: the newest tokens (B, 1) -> logits (B, V) (into out if given) and the state."""
-        if not state.self_kv:  # the first step makes the caches; they grow as needed
-            like, capacity = state.memory_kv[0].k, min(64, self.config.max_len)
-            caches = [KVCache.empty(like, tokens.size(0), capacity) for _ in self.decoder.layers]
-            state = DecoderState(state.src_mask, state.memory_kv, caches)
-        hidden, _ = self.decoder(tokens, state)
-        return self.project(hidden[:, -1], out), state
+    def decode_step(
+        self, tokens: Tensor, memory_kv: list[KeyValue], src_mask: Tensor, caches: Sequence[SelfAttentionCache]
+    ) -> Tensor:
+        """Incremental decoding (§3.2.3): the newest tokens (N, T) -> logits (N, V) of the next one.
+
+        memory_kv: `decoder.memory_kv(memory)`, the encoder keys/values computed once; caches: one
+        per decoder layer (e.g. `ConcatCache()`), holding the earlier positions and given the new ones.
+        N may be a multiple of the source batch: K hypotheses of a sentence share its memory.
+        """
+        return self.project(self.decoder(tokens, memory_kv, src_mask, caches)[:, -1])
 
     def num_parameters(self, count_positions: bool = False) -> int:
         """Trainable parameters, each shared tensor once (sinusoids are a fixed buffer, not counted).

@@ -1,51 +1,83 @@
-"""Checkpoints: weights in safetensors plus the training state, written atomically; averaging (§6.1).
+"""Checkpoints: weights and the training state, written whole or not at all, and read without running code.
 
     OUT/checkpoints/step-N/   config.json, model.safetensors, spm.model (an aiayn model directory)
-                              state.pt: optimizer, step, RNG states, data position, elapsed time
+                              state.json         TrainState: counters, data position, every rank's
+                                                 Python/NumPy RNG states, the fp16 loss scale,
+                                                 the optimizer's hyper-parameters (plain JSON)
+                              state.safetensors  the optimizer's tensors (Adam's moments, §5.3) and
+                                                 every rank's torch RNG state (byte tensors)
 
 A checkpoint is written into a temporary directory and renamed into place, so a kill at any
-moment leaves either the whole checkpoint or none. The last K are kept.
+moment leaves either the whole checkpoint or none; a failed write (a full disk) removes the
+temporary directory and leaves the earlier checkpoints as they were. The last K are kept. Nothing
+is unpickled: a `state.pt` of an older aiayn is read with `torch.load(weights_only=True)`, which
+refuses anything but tensors and plain containers.
 """
 
 from __future__ import annotations
 
+import errno
+import json
 import os
-import random
 import shutil
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
-from safetensors.torch import load_file
+from safetensors.torch import load_file, save_file
 
-from ..io import WEIGHTS, save_model
+from .. import faults
+from ..data.batching import BatchStream
+from ..io import WEIGHTS, save_model, write_atomic
 from ..model import Transformer
+from . import distributed
+from .rng import all_rng_states, rng_from_plain, rng_to_plain, set_rng_state
 
-STATE = "state.pt"
+STATE, TENSORS, OLD_STATE = "state.json", "state.safetensors", "state.pt"
+FORMAT = "aiayn-train-state"
 
 
-def rng_state() -> dict[str, Any]:
-    """The RNG states of torch (CPU and CUDA), Python and NumPy."""
-    kind, keys, pos, has_gauss, cached = np.random.get_state()
-    state = {
-        "torch": torch.get_rng_state(),
-        "python": random.getstate(),
-        "numpy": [kind, torch.from_numpy(keys.astype(np.int64)), pos, has_gauss, cached],
-    }
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
+@dataclass
+class TrainState:
+    """Everything a run carries from step to step besides weights and optimizer: saved and restored whole."""
+
+    step: int = 0
+    elapsed: float = 0.0  # seconds of training (evaluation included), over all resumes
+    flops: float = 0.0  # estimated training FLOPs (aiayn.train.flops)
+    tokens: int = 0  # source + target tokens trained on, padding excluded
+    data: dict[str, int] = field(default_factory=lambda: {"epoch": 1, "index": 0})  # BatchStream position
+    rng: list[dict[str, Any]] = field(default_factory=list)  # each rank's RNG states (aiayn.train.rng)
+    scaler: dict[str, Any] = field(default_factory=dict)  # fp16's GradScaler state; {} otherwise
+
+
+def save(directory: Path, model: Transformer, vocab_proto: bytes | None, optimizer: torch.optim.Optimizer,
+         stream: BatchStream, state: TrainState, elapsed: float, scaler: torch.amp.GradScaler | None, keep: int) -> None:
+    """Every rank's RNG states to rank 0, which writes checkpoints/step-N with all an exact resume needs."""
+    state.elapsed, state.data = elapsed, stream.state_dict()
+    state.rng = all_rng_states()
+    state.scaler = scaler.state_dict() if scaler is not None else {}  # fp16's loss scale; {} otherwise
+    if distributed.is_main():
+        save_checkpoint(directory, model, vocab_proto, optimizer.state_dict(), state, keep)
+    distributed.barrier()
+
+
+def resume(checkpoint: Path, model: Transformer, optimizer: torch.optim.Optimizer, stream: BatchStream,
+           device: torch.device, scaler: torch.amp.GradScaler | None, seed: int) -> TrainState:
+    """Restore weights, optimizer, this rank's RNG states and the data position; return the TrainState."""
+    from safetensors.torch import load_model as load_weights
+
+    state, optimizer_state = load_checkpoint(checkpoint)  # first: a refused state leaves the model untouched
+    load_weights(model, str(checkpoint / "model.safetensors"), device=str(device))
+    optimizer.load_state_dict(optimizer_state)
+    stream.load_state_dict(state.data)
+    rank = distributed.rank()
+    set_rng_state(state.rng[min(rank, len(state.rng) - 1)])
+    if rank >= len(state.rng):  # more ranks than were saved: a dropout stream of its own for each new one
+        torch.manual_seed(seed + rank + 1_000_003 * state.step)
+    if scaler is not None and state.scaler:
+        scaler.load_state_dict(state.scaler)
     return state
-
-
-def set_rng_state(state: dict[str, Any]) -> None:
-    torch.set_rng_state(state["torch"])
-    version, internal, gauss = state["python"]
-    random.setstate((version, tuple(internal), gauss))
-    kind, keys, pos, has_gauss, cached = state["numpy"]
-    np.random.set_state((kind, keys.numpy().astype(np.uint32), pos, has_gauss, cached))
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
 
 
 def checkpoint_steps(directory: Path) -> list[tuple[int, Path]]:
@@ -54,7 +86,8 @@ def checkpoint_steps(directory: Path) -> list[tuple[int, Path]]:
         return []
     found = []
     for path in directory.iterdir():
-        if path.name.startswith("step-") and path.name[5:].isdigit() and (path / STATE).is_file():
+        if path.name.startswith("step-") and path.name[5:].isdigit() and (
+                (path / STATE).is_file() or (path / OLD_STATE).is_file()):
             found.append((int(path.name[5:]), path))
     return sorted(found)
 
@@ -64,29 +97,113 @@ def latest_checkpoint(directory: Path) -> Path | None:
     return steps[-1][1] if steps else None
 
 
-def save_checkpoint(
-    directory: Path, step: int, model: Transformer, vocab_proto: bytes | None, state: dict[str, Any], keep: int
-) -> Path:
+def save_checkpoint(directory: Path, model: Transformer, vocab_proto: bytes | None, optimizer_state: dict,
+                    state: TrainState, keep: int) -> Path:
     """Write checkpoints/step-N atomically (temporary directory, then rename); keep the last `keep`."""
     directory.mkdir(parents=True, exist_ok=True)
-    final, tmp = directory / f"step-{step}", directory / f".tmp-step-{step}"
+    final, tmp = directory / f"step-{state.step}", directory / f".tmp-step-{state.step}"
     shutil.rmtree(tmp, ignore_errors=True)
-    save_model(model, tmp, vocab_proto)
-    with open(tmp / STATE, "wb") as f:
-        torch.save(state, f)
-        f.flush()
-        os.fsync(f.fileno())
-    if final.exists():
-        shutil.rmtree(final)
-    os.replace(tmp, final)
-    for _, old in checkpoint_steps(directory)[:-keep] if keep > 0 else []:
+    try:
+        save_model(model, tmp, vocab_proto)
+        faults.point("checkpoint.after-model")
+        plain, tensors = _split(optimizer_state, state)
+        save_file(tensors, str(tmp / TENSORS))
+        faults.point("checkpoint.after-state-tensors")
+        write_atomic(tmp / STATE, json.dumps(plain).encode(), fault="checkpoint-state")
+        _fsync_directory(tmp)
+        faults.point("checkpoint.before-rename")
+    except OSError as err:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise OSError(err.errno, f"{final}: the checkpoint could not be written ({err.strerror or err}); "
+                                 f"the earlier checkpoints are kept") from None
+    if final.exists():  # the same step saved again: put the old one aside until the new one is in place
+        old = directory / f".old-step-{state.step}"
         shutil.rmtree(old, ignore_errors=True)
+        os.replace(final, old)
+        os.replace(tmp, final)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.replace(tmp, final)
+    faults.point("checkpoint.after-rename")
+    for _, stale in checkpoint_steps(directory)[:-keep] if keep > 0 else []:
+        shutil.rmtree(stale, ignore_errors=True)
+        faults.point("checkpoint.after-prune-one")
     return final
 
 
-def load_state(checkpoint: Path) -> dict[str, Any]:
-    """The training state saved beside a checkpoint's weights."""
-    return torch.load(checkpoint / STATE, weights_only=False)  # our own file: RNG tuples, optimizer state
+def _split(optimizer_state: dict, state: TrainState) -> tuple[dict, dict[str, torch.Tensor]]:
+    """(JSON-able dict, flat tensors) of the optimizer state and the TrainState."""
+    tensors: dict[str, torch.Tensor] = {}
+    per_param: dict[str, dict[str, Any]] = {}
+    for index, values in optimizer_state["state"].items():
+        per_param[str(index)] = {}
+        for name, value in values.items():
+            if torch.is_tensor(value):
+                tensors[f"optimizer.{index}.{name}"] = value.detach().cpu().contiguous()
+            else:
+                per_param[str(index)][name] = value
+    rng = []
+    for rank, states in enumerate(state.rng):
+        plain, rank_tensors = rng_to_plain(states)
+        rng.append(plain)
+        tensors.update({f"rng.{rank}.{name}": t for name, t in rank_tensors.items()})
+    train = {**asdict(state), "rng": rng}
+    optimizer = {"param_groups": optimizer_state["param_groups"], "state": per_param}
+    return {"format": FORMAT, "version": 1, "train": train, "optimizer": optimizer}, tensors
+
+
+def load_checkpoint(checkpoint: Path) -> tuple[TrainState, dict]:
+    """(TrainState, optimizer state dict) saved beside a checkpoint's weights; no code is run."""
+    if not (checkpoint / STATE).is_file():
+        return _load_old(checkpoint)
+    try:
+        plain = json.loads((checkpoint / STATE).read_text())
+        tensors = load_file(str(checkpoint / TENSORS))
+    except (OSError, ValueError, RuntimeError) as err:  # safetensors raises its own error type
+        raise ValueError(f"{checkpoint}: unreadable training state ({err}); delete this checkpoint to resume "
+                         f"from the one before") from None
+    if not isinstance(plain, dict) or plain.get("format") != FORMAT:
+        raise ValueError(f"{checkpoint / STATE}: not an aiayn training state")
+    train = plain["train"]
+    rng = [rng_from_plain(p, {k.split(".", 2)[2]: t for k, t in tensors.items() if k.startswith(f"rng.{r}.")})
+           for r, p in enumerate(train.pop("rng"))]
+    per_param: dict[int, dict[str, Any]] = {int(i): dict(v) for i, v in plain["optimizer"]["state"].items()}
+    for name, tensor in tensors.items():
+        if name.startswith("optimizer."):
+            _, index, key = name.split(".", 2)
+            per_param.setdefault(int(index), {})[key] = tensor
+    optimizer = {"state": per_param, "param_groups": plain["optimizer"]["param_groups"]}
+    return TrainState(**train, rng=rng), optimizer
+
+
+def _load_old(checkpoint: Path) -> tuple[TrainState, dict]:
+    """The state.pt of an older aiayn, read with weights_only=True (a pickle with code is refused)."""
+    path = checkpoint / OLD_STATE
+    try:
+        old = torch.load(path, weights_only=True)
+    except Exception as err:  # UnpicklingError and whatever a hostile or broken file raises
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise ValueError(f"{path}: refused: not a plain training state ({first[:120]}); "
+                         f"nothing in it was run; delete the checkpoint to resume from an earlier one") from None
+    from .rng import rng_from_old
+
+    state = TrainState(step=old["step"], elapsed=old["elapsed"], flops=old["flops"], tokens=old["tokens"],
+                       data=dict(old["data"]), rng=[rng_from_old(old["rng"])], scaler=old.get("scaler") or {})
+    return state, old["optimizer"]
+
+
+def _fsync_directory(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError as err:
+        if err.errno not in (errno.EINVAL, errno.EBADF):
+            raise
+    finally:
+        os.close(fd)
 
 
 def average_weights(directories: list[Path]) -> dict[str, torch.Tensor]:
@@ -105,16 +222,26 @@ def average_weights(directories: list[Path]) -> dict[str, torch.Tensor]:
 
 
 def average_checkpoints(directories: list[Path], out: Path) -> Path:
-    """Write the mean of the checkpoints' weights as a model directory (config and vocabulary of the last)."""
-    from safetensors.torch import save_file
+    """Write the mean of the checkpoints' weights as a model directory (config and vocabulary of the last).
 
+    Only model.safetensors, config.json and spm.model are written in out, each atomically; the
+    weights go last, so a kill leaves the earlier model or the new one's files beside the old weights.
+    """
     averaged = average_weights(directories)
+    faults.point("average.after-mean")
     out.mkdir(parents=True, exist_ok=True)
-    tmp = out / (WEIGHTS + ".tmp")
-    save_file(averaged, str(tmp), metadata={"format": "pt"})
-    os.replace(tmp, out / WEIGHTS)
     for name in ("config.json", "spm.model"):
         source = Path(directories[-1]) / name
         if source.is_file() and source.resolve() != (out / name).resolve():
-            shutil.copyfile(source, out / name)
+            write_atomic(out / name, source.read_bytes())
+    tmp = out / (WEIGHTS + ".tmp")
+    try:
+        save_file(averaged, str(tmp), metadata={"format": "pt"})
+        faults.point("average.partial", partial=tmp)
+        faults.point("average.before-rename")
+        os.replace(tmp, out / WEIGHTS)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    faults.point("average.after-weights")
     return out

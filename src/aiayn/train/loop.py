@@ -1,15 +1,17 @@
 """The training loop of §5: `train(recipe, out_dir)`, importable and readable top to bottom.
 
-    OUT/recipe.yaml           the resolved recipe
-    OUT/spm.model             the shared SentencePiece vocabulary (trained once)
-    OUT/data/*.pt             the encoded corpus (encoded once; a resume reads it back)
-    OUT/checkpoints/step-N/   model directory + state.pt; running again resumes from the latest
+    OUT/run.json              what marks a run folder: the recipe it runs (aiayn.train.run_folder)
+    OUT/recipe.yaml           the resolved recipe (recipe.resolved.yaml when recipe.yaml is the user's)
+    OUT/spm.model             the shared SentencePiece vocabulary (trained once), unless data.vocab names one
+    OUT/data/*.safetensors    the encoded corpus (encoded once; a resume reads it back, checked)
+    OUT/checkpoints/step-N/   model directory + training state; running again resumes from the latest
     OUT/model/                the final (averaged) model: what `Translator.load` reads
     OUT/tensorboard/          TensorBoard event files
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import random
@@ -23,15 +25,17 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
+from .. import faults
 from ..data.batching import Batch, BatchStream, collate, make_batches
 from ..data.corpus import EncodedCorpus, encode_pairs, find_file, read_parallel
 from ..data.vocab import Vocab
-from ..io import load_model, save_model
+from ..io import load_model, write_atomic
 from ..model import Transformer
 from ..recipe import Recipe
-from . import distributed, precision
-from .checkpoint import average_checkpoints, checkpoint_steps, latest_checkpoint, load_state, rng_state, save_checkpoint, set_rng_state
+from . import distributed, precision, run_folder
+from .checkpoint import TrainState, average_checkpoints, checkpoint_steps, latest_checkpoint, resume, save
 from .flops import train_flops
+from .interrupt import deferred_sigint
 from .loss import label_smoothed_nll
 from .schedule import rate
 from .validate import sacrebleu_score, translate_texts, validation_loss
@@ -61,32 +65,45 @@ def start_model(recipe: Recipe, out: Path, init: str | Path | None, log: Log) ->
         model, tokenizer, _ = load_any(init)
         return Start(model.train(), tokenizer, None)
     d = recipe.data
-    vocab_path = out / "spm.model"
+    vocab_path = Path(d.vocab) if d.vocab else out / "spm.model"
+    if d.vocab and not vocab_path.is_file():
+        raise FileNotFoundError(f"data.vocab {d.vocab}: no such file")
     if not vocab_path.is_file():
         if distributed.is_main():
             src, tgt = read_parallel(find_file(d.train, d.src_lang), find_file(d.train, d.tgt_lang))
             log(f"training a {d.vocab_size:,}-piece shared BPE vocabulary on {len(src):,} + {len(tgt):,} sentences")
-            Vocab.train(src + tgt, d.vocab_size, seed_sentences=d.vocab_sample).save(vocab_path)
+            faults.point("vocab.before-train")
+            vocab = Vocab.train(src + tgt, d.vocab_size, seed_sentences=d.vocab_sample)
+            faults.point("vocab.after-train")
+            vocab.save(vocab_path)
         distributed.barrier()
     vocab = Vocab.load(vocab_path)
     torch.manual_seed(recipe.train.seed)  # the same initial weights for the same seed
     return Start(Transformer(recipe.model_config(len(vocab))).train(), vocab, vocab.proto)
 
 
+def tokenizer_digest(tokenizer) -> str:
+    """SHA-256 of a tokenizer's SentencePiece model(s): what an encoded cache depends on."""
+    protos = [getattr(tokenizer, name) for name in ("proto", "source_proto", "target_proto") if hasattr(tokenizer, name)]
+    return hashlib.sha256(b"".join(protos) or repr(tokenizer).encode()).hexdigest()
+
+
 def load_split(recipe: Recipe, prefix: str, tokenizer, cache: Path, log: Log) -> EncodedCorpus:
-    """A parallel split, encoded and length-filtered once, then read back from cache."""
-    cached = cache.is_file()
-    distributed.barrier()  # every rank has looked before rank 0 writes the cache
-    if cached:
-        return EncodedCorpus.load(cache)
+    """A parallel split, encoded and length-filtered once, then read back from cache (rebuilt if not whole)."""
     d = recipe.data
     src_path, tgt_path = find_file(prefix, d.src_lang), find_file(prefix, d.tgt_lang)
+    files = [(str(p.resolve()), p.stat().st_size, p.stat().st_mtime_ns) for p in (src_path, tgt_path)]
+    key = hashlib.sha256(json.dumps([files, tokenizer_digest(tokenizer), d.max_subwords]).encode()).hexdigest()
+    corpus = EncodedCorpus.load(cache, key)
+    distributed.barrier()  # every rank has looked before rank 0 writes the cache
+    if corpus is not None:
+        return corpus
     src, tgt = read_parallel(src_path, tgt_path)
     corpus, report = encode_pairs(src, tgt, tokenizer.encode_source, tokenizer.encode_target, d.max_subwords)
     log(f"{src_path} / {tgt_path}: {report}")
+    faults.point("cache.after-encode")
     if distributed.is_main():
-        cache.parent.mkdir(parents=True, exist_ok=True)
-        corpus.save(cache)
+        corpus.save(cache, key)
     return corpus
 
 
@@ -101,59 +118,77 @@ def pick_device(name: str) -> torch.device:
 
 def accumulation_steps(recipe: Recipe, world_size: int) -> int:
     """Micro-batches per optimizer step: effective_batch_tokens / (batch_tokens x world size)."""
-    t = recipe.train
-    if not t.effective_batch_tokens:
+    cfg = recipe.train
+    if not cfg.effective_batch_tokens:
         return 1
-    return max(1, round(t.effective_batch_tokens / (t.batch_tokens * world_size)))
+    return max(1, round(cfg.effective_batch_tokens / (cfg.batch_tokens * world_size)))
 
 
-def train(recipe: Recipe, out_dir: str | Path, init: str | Path | None = None, log: Log = print) -> dict:
-    """Train (or resume) the recipe into out_dir; return the final results (BLEU, steps, time)."""
-    t, out = recipe.train, Path(out_dir)
+def train(recipe: Recipe, out_dir: str | Path, init: str | Path | None = None, log: Log = print,
+          recipe_file: str | Path | None = None) -> dict:
+    """Train (or resume) the recipe into out_dir; return the final results (BLEU, steps, time).
+
+    recipe_file: the YAML file the recipe came from, which is never written over.
+    """
+    out = Path(out_dir)
+    held = None
+    if distributed.is_main():  # the ranks of one torchrun job are one run: rank 0 holds the lock
+        run_folder.check(out, recipe, recipe_file)  # before anything is written; again under the lock
+        out.mkdir(parents=True, exist_ok=True)
+        held = run_folder.lock(out)
+        run_folder.check(out, recipe, recipe_file)
+        run_folder.record(out, recipe, recipe_file)
+    try:
+        return _train(recipe, out, init, log)
+    finally:
+        if held is not None:
+            held.close()
+
+
+def _train(recipe: Recipe, out: Path, init: str | Path | None, log: Log) -> dict:
+    cfg = recipe.train
     rank, world = distributed.rank(), distributed.world_size()
     main = distributed.is_main()
     log = log if main else (lambda _: None)
-    device, joined = distributed.init(pick_device(t.device))  # torchrun: NCCL on GPUs, Gloo on CPUs
-    if t.threads:
-        torch.set_num_threads(t.threads)
-    out.mkdir(parents=True, exist_ok=True)
-    if main:
-        recipe.dump(out / "recipe.yaml")
+    device, joined = distributed.init(pick_device(cfg.device))  # torchrun: NCCL on GPUs, Gloo on CPUs
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
     start = start_model(recipe, out, init, log)
-    model, tokenizer = start.model.to(device), start.tokenizer
-    corpus = load_split(recipe, recipe.data.train, tokenizer, out / "data" / "train.pt", log)
-    valid = load_split(recipe, recipe.data.valid, tokenizer, out / "data" / "valid.pt", log)
+    model = start.model.to(device)
+    corpus = load_split(recipe, recipe.data.train, start.tokenizer, out / "data" / "train.safetensors", log)
+    valid = load_split(recipe, recipe.data.valid, start.tokenizer, out / "data" / "valid.safetensors", log)
     valid_batches = [to_batch(valid, b, model, device) for b in make_batches(
-        [len(s) for s in valid.src], [len(s) for s in valid.tgt], t.batch_tokens, 0, 0)]
+        [len(s) for s in valid.src], [len(s) for s in valid.tgt], cfg.batch_tokens, 0, 0)]
     # Batches of batch_tokens whatever the world size: a step takes accum x world of them and each rank
     # every world-th, so the data order and the checkpoint's position do not depend on the world size.
-    stream = BatchStream([len(s) for s in corpus.src], [len(s) for s in corpus.tgt], t.batch_tokens, t.seed)
+    stream = BatchStream([len(s) for s in corpus.src], [len(s) for s in corpus.tgt], cfg.batch_tokens, cfg.seed)
     accum = accumulation_steps(recipe, world)
-    optimizer = torch.optim.Adam(model.parameters(), lr=0.0, betas=(t.beta1, t.beta2), eps=t.adam_eps, fused=True)
-    dtype = precision.autocast_dtype(t.bf16, t.fp16)  # None = fp32, as in the paper
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.0, betas=(cfg.beta1, cfg.beta2), eps=cfg.adam_eps, fused=True)
+    dtype = precision.autocast_dtype(cfg.bf16, cfg.fp16)  # None = fp32, as in the paper
     precision.check_device(device, dtype)
     scaler = precision.grad_scaler(device, dtype)  # active for fp16 only
-    step, elapsed, flops, tokens = 0, 0.0, 0.0, 0
     checkpoints = out / "checkpoints"
     if (last := latest_checkpoint(checkpoints)) is not None:
-        step, elapsed, flops, tokens = resume(last, model, optimizer, stream, device, scaler)
-        log(f"resumed from {last} (step {step:,}, {elapsed / 60:.1f} min, epoch {stream.state_dict()['epoch']})")
+        state = resume(last, model, optimizer, stream, device, scaler, cfg.seed)
+        log(f"resumed from {last} (step {state.step:,}, {state.elapsed / 60:.1f} min, epoch {stream.epoch})")
     else:
-        torch.manual_seed(t.seed + rank), random.seed(t.seed), np.random.seed(t.seed)
-    if t.compile:
+        state = TrainState()
+        torch.manual_seed(cfg.seed + rank), random.seed(cfg.seed), np.random.seed(cfg.seed)
+    if cfg.compile:
         model.compile()  # in place: the state dict keeps its names
     net = distributed.wrap(model, device)  # DDP with several ranks; save and evaluate `model`, the unwrapped one
     log(f"{model.num_parameters():,} parameters; {len(corpus):,} pairs, {len(stream)} batches an epoch; "
-        f"{accum} micro-batch(es) of {t.batch_tokens:,} tokens per step x {world} process(es); device {device}")
+        f"{accum} micro-batch(es) of {cfg.batch_tokens:,} tokens per step x {world} process(es); device {device}")
     writer = tensorboard_writer(out) if main else None
-    bar = tqdm(initial=step, total=t.max_steps, disable=not main, dynamic_ncols=True,
+    bar = tqdm(initial=state.step, total=cfg.max_steps, disable=not main, dynamic_ncols=True,
                mininterval=1.0 if sys.stderr.isatty() else 60.0)
-    saved_at, began, tokens_before = step, time.perf_counter() - elapsed, tokens
+    saved_at, began, tokens_before = state.step, time.perf_counter() - state.elapsed, state.tokens
     model.train()
-    try:
-        while not distributed.any_rank(stop(recipe, step, time.perf_counter() - began, stream.epoch), device):
+    with deferred_sigint(log) as ctrl_c, bar:  # Ctrl-C stops at the next step boundary; the bar closes on errors too
+        while not distributed.any_rank(ctrl_c.requested or stop(recipe, state.step, time.perf_counter() - began,
+                                                                stream.epoch), device):
             # 1. the learning rate of eq. (3)
-            lr = rate(step + 1, model.config.d_model, t.warmup_steps, t.lr_factor)
+            lr = rate(state.step + 1, model.config.d_model, cfg.warmup_steps, cfg.lr_factor)
             for group in optimizer.param_groups:
                 group["lr"] = lr
             # 2. micro-batches: each rank's share; loss divided by the target tokens of the whole step
@@ -165,81 +200,56 @@ def train(recipe: Recipe, out_dir: str | Path, init: str | Path | None = None, l
                 # all-reduce the gradients once, after the last micro-batch (DDP's no_sync before it)
                 with distributed.no_sync(net, i < len(batches) - 1), precision.autocast(device, dtype):
                     logits = net(b.src, b.tgt_in)
-                loss, _, _ = label_smoothed_nll(logits, b.tgt_out, t.label_smoothing, model.config.pad_id)
+                loss, _, _ = label_smoothed_nll(logits, b.tgt_out, cfg.label_smoothing, model.config.pad_id)
                 scaler.scale(loss * world / n_tokens).backward()  # DDP averages gradients over ranks; undo that
                 loss_sum += loss.item()
-                flops += train_flops(model.config, *b.src.shape, b.tgt_in.size(1)) * world
+                state.flops += train_flops(model.config, *b.src.shape, b.tgt_in.size(1)) * world
+            faults.point("train.after-backward")
             # 3. clip, step, clear
-            if t.clip_norm > 0:
+            if cfg.clip_norm > 0:
                 scaler.unscale_(optimizer)  # fp16: clip the true gradients
-                torch.nn.utils.clip_grad_norm_(model.parameters(), t.clip_norm)
+                torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.clip_norm)
             scaler.step(optimizer)  # fp16: skipped when a gradient overflowed; else optimizer.step()
             scaler.update()
             optimizer.zero_grad(set_to_none=True)
-            step += 1
+            state.step += 1
+            faults.point("train.after-step")
             # 4. log, evaluate and checkpoint at intervals
-            tokens += sum(b.n_src + b.n_tgt for b in batches) * world  # source + target, padding excluded
-            rate_now = (tokens - tokens_before) / max(time.perf_counter() - began - elapsed, 1e-9)
+            state.tokens += sum(b.n_src + b.n_tgt for b in batches) * world  # source + target, padding excluded
+            rate_now = (state.tokens - tokens_before) / max(time.perf_counter() - began - state.elapsed, 1e-9)
             bar.update(1)
             bar.set_postfix(loss=f"{loss_sum / n_tokens:.3f}", lr=f"{lr:.2e}", tok_s=f"{rate_now:,.0f}", refresh=False)
-            if writer and step % t.log_every == 0:
-                for name, value in (("loss", loss_sum / n_tokens), ("lr", lr), ("tokens_per_s", rate_now), ("flops", flops)):
-                    writer.add_scalar(f"train/{name}", value, step)
-            if main and t.eval_every and step % t.eval_every == 0:
-                evaluate(model, tokenizer, recipe, valid, valid_batches, device, writer, step, log)
-            if t.save_every and step % t.save_every == 0:
-                save(checkpoints, step, model, start, optimizer, stream, time.perf_counter() - began, flops, tokens,
-                     t.keep_checkpoints, scaler)
-                saved_at = step
-    except KeyboardInterrupt:
-        log(f"\ninterrupted at step {step:,}: saving a checkpoint and evaluating (Ctrl-C again to quit)")
-    bar.close()
+            if writer and state.step % cfg.log_every == 0:
+                for name, value in (("loss", loss_sum / n_tokens), ("lr", lr), ("tokens_per_s", rate_now),
+                                    ("flops", state.flops)):
+                    writer.add_scalar(f"train/{name}", value, state.step)
+            if main and cfg.eval_every and state.step % cfg.eval_every == 0:
+                evaluate(model, start.tokenizer, recipe, valid, valid_batches, device, writer, state.step, log)
+            if cfg.save_every and state.step % cfg.save_every == 0:
+                save(checkpoints, model, start.vocab_proto, optimizer, stream, state, time.perf_counter() - began, scaler,
+                     cfg.keep_checkpoints)
+                saved_at = state.step
     elapsed = time.perf_counter() - began
-    if step > saved_at:
-        save(checkpoints, step, model, start, optimizer, stream, elapsed, flops, tokens, t.keep_checkpoints, scaler)
-    log(f"trained {step:,} steps in {elapsed / 60:.1f} min; about {flops:.3g} training FLOPs (Table 2's measure)")
+    if state.step > saved_at:
+        save(checkpoints, model, start.vocab_proto, optimizer, stream, state, elapsed, scaler, cfg.keep_checkpoints)
+    log(f"trained {state.step:,} steps in {elapsed / 60:.1f} min; about {state.flops:.3g} training FLOPs (Table 2's measure)")
     distributed.close(joined)  # the rest (averaging, the test set) is rank 0's alone
     if not main:
         return {}
     results = finish(recipe, out, start, device, log)
-    results.update(steps=step, minutes=elapsed / 60, train_flops=flops, tokens=tokens, epoch=stream.epoch,
-                   tokens_per_s=tokens / max(elapsed, 1e-9))
-    (out / "results.json").write_text(json.dumps(results, indent=2))
+    results.update(steps=state.step, minutes=elapsed / 60, train_flops=state.flops, tokens=state.tokens,
+                   epoch=stream.epoch, tokens_per_s=state.tokens / max(elapsed, 1e-9))
+    write_atomic(out / "results.json", json.dumps(results, indent=2).encode(), fault="results")
+    faults.point("final.after-results")
     if writer:
         writer.close()
     return results
 
 
 def stop(recipe: Recipe, step: int, seconds: float, epoch: int) -> bool:
-    t = recipe.train
-    return (step >= t.max_steps or (t.max_minutes > 0 and seconds >= t.max_minutes * 60)
-            or (t.max_epochs > 0 and epoch > t.max_epochs))
-
-
-def save(directory: Path, step: int, model: Transformer, start: Start, optimizer, stream: BatchStream,
-         elapsed: float, flops: float, tokens: int, keep: int, scaler: torch.amp.GradScaler | None = None) -> None:
-    """Rank 0 writes checkpoints/step-N with everything an exact resume needs."""
-    if distributed.is_main():
-        state = {"step": step, "optimizer": optimizer.state_dict(), "rng": rng_state(),
-                 "data": stream.state_dict(), "elapsed": elapsed, "flops": flops, "tokens": tokens,
-                 "scaler": scaler.state_dict() if scaler is not None else {}}  # fp16's loss scale; {} otherwise
-        save_checkpoint(directory, step, model, start.vocab_proto, state, keep)
-    distributed.barrier()
-
-
-def resume(checkpoint: Path, model: Transformer, optimizer, stream: BatchStream, device: torch.device,
-           scaler: torch.amp.GradScaler | None = None) -> tuple[int, float, float, int]:
-    """Restore weights, optimizer, RNG and data position; return (step, elapsed seconds, FLOPs, tokens)."""
-    from safetensors.torch import load_model as load_weights
-
-    load_weights(model, str(checkpoint / "model.safetensors"), device=str(device))
-    state = load_state(checkpoint)
-    optimizer.load_state_dict(state["optimizer"])
-    stream.load_state_dict(state["data"])
-    set_rng_state(state["rng"])
-    if scaler is not None and state.get("scaler"):
-        scaler.load_state_dict(state["scaler"])
-    return state["step"], state["elapsed"], state["flops"], state["tokens"]
+    cfg = recipe.train
+    return (step >= cfg.max_steps or (cfg.max_minutes > 0 and seconds >= cfg.max_minutes * 60)
+            or (cfg.max_epochs > 0 and epoch > cfg.max_epochs))
 
 
 def tensorboard_writer(out: Path):
@@ -251,17 +261,17 @@ def tensorboard_writer(out: Path):
 def evaluate(model: Transformer, tokenizer, recipe: Recipe, valid: EncodedCorpus, valid_batches: list[Batch],
              device: torch.device, writer, step: int, log: Log) -> None:
     """Validation loss, per-word-piece perplexity and (optionally) BLEU on part of the validation set."""
-    t = recipe.train
-    v = validation_loss(model, valid_batches, t.label_smoothing, device, t.bf16)
+    cfg = recipe.train
+    v = validation_loss(model, valid_batches, cfg.label_smoothing, device, cfg.bf16)
     text = f"step {step:,}: valid loss {v.loss:.3f}, nll {v.nll:.3f}, perplexity {v.perplexity:.2f}"
     if writer:
         writer.add_scalar("valid/loss", v.loss, step)
         writer.add_scalar("valid/perplexity", v.perplexity, step)
-    if t.eval_bleu:
+    if cfg.eval_bleu:
         d = recipe.data
         src, ref = read_parallel(find_file(d.valid, d.src_lang), find_file(d.valid, d.tgt_lang))
-        n = t.bleu_sentences or len(src)
-        hyp = translate_texts(model, tokenizer, src[:n], t.beam_size, t.alpha, device)
+        n = cfg.bleu_sentences or len(src)
+        hyp = translate_texts(model, tokenizer, src[:n], cfg.beam_size, cfg.alpha, device)
         bleu, _ = sacrebleu_score(hyp, ref[:n])
         text += f", BLEU {bleu:.2f} ({n} sentences)"
         if writer:
@@ -271,11 +281,12 @@ def evaluate(model: Transformer, tokenizer, recipe: Recipe, valid: EncodedCorpus
 
 def finish(recipe: Recipe, out: Path, start: Start, device: torch.device, log: Log) -> dict:
     """Average the last checkpoints into OUT/model, then translate the test set and score it."""
-    t, d = recipe.train, recipe.data
-    last = [path for _, path in checkpoint_steps(out / "checkpoints")][-max(t.average_last, 1):]
+    cfg, d = recipe.train, recipe.data
+    last = [path for _, path in checkpoint_steps(out / "checkpoints")][-max(cfg.average_last, 1):]
     if not last:
         return {}
     average_checkpoints(last, out / "model")
+    faults.point("final.after-average")
     if start.vocab_proto is None:  # a Marian tokenizer (--init): its own files, so Translator.load reads OUT/model
         from ..marian.convert import save_tokenizer
 
@@ -286,12 +297,12 @@ def finish(recipe: Recipe, out: Path, start: Start, device: torch.device, log: L
     if d.test:
         src, ref = read_parallel(find_file(d.test, d.src_lang), find_file(d.test, d.tgt_lang))
         began = time.perf_counter()
-        hyp = translate_texts(model, start.tokenizer, src, t.beam_size, t.alpha, device)
+        hyp = translate_texts(model, start.tokenizer, src, cfg.beam_size, cfg.alpha, device)
         bleu, signature = sacrebleu_score(hyp, ref)
         for s, h, r in list(zip(src, hyp, ref))[:3]:
             log(f"  source     {s}\n  reference  {r}\n  aiayn      {h}")
         log(f"test BLEU {bleu:.2f} on {len(src):,} sentences of {d.test} ({signature}), "
             f"decoded in {time.perf_counter() - began:.0f} s")
         results.update(test_bleu=bleu, signature=signature, test=d.test)
-        (out / "test.hyp").write_text("\n".join(hyp) + "\n")
+        write_atomic(out / "test.hyp", ("\n".join(hyp) + "\n").encode())
     return results

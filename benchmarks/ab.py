@@ -1,0 +1,123 @@
+"""Two checkouts of aiayn alternated in one run: the same jobs, the same inputs, new/old time ratios.
+
+    git worktree add --detach /tmp/aiayn-old <commit>
+    python benchmarks/ab.py /tmp/aiayn-old/src src --rounds 5
+
+Each round starts one worker process per checkout (in alternating order), with PYTHONPATH set to
+that checkout's src/. A worker builds the same random model from a fixed seed (opus-mt-en-de's
+shapes, as ../shared/PEERS.md measures the peers; small training shapes for the train step), makes
+it ready for decoding as `Translator.load` does, and times beam 4 and greedy search at batch 32 with
+every output forced to OUT_LEN tokens, and one optimizer step. The table gives, per job, the median
+over rounds of the per-round ratio new/old of the times (above 1: the new code is slower).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+OUT_LEN, BATCH, SEED = 40, 32, 1234
+WORKER = r"""
+import json, sys, time, torch
+from aiayn.config import DecodeConfig, ModelConfig
+from aiayn.decode.beam import beam_search
+from aiayn.decode.greedy import greedy_hypotheses
+from aiayn.decode.layout import for_decoding
+from aiayn.decode.step import TransformerStep
+from aiayn.model import Transformer
+from aiayn.train.loss import label_smoothed_nll
+from aiayn.train.schedule import rate
+
+torch.set_num_threads(2)
+out_len, batch, seed, jobs = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4].split(",")
+V, EOS, PAD = 58101, 0, 58100
+times = {}
+if any(j != "train" for j in jobs):
+    torch.manual_seed(seed)
+    config = ModelConfig(vocab_size=V, d_model=512, d_ff=2048, n_heads=8, n_layers=6, activation="swish",
+                         sinusoid_layout="halves", final_logits_bias=True, pad_id=PAD, bos_id=PAD, eos_id=EOS,
+                         unk_id=1, max_len=512)
+    model = for_decoding(Transformer(config))
+    class NoEos(TransformerStep):
+        def step(self, tokens, cache):
+            log_probs, cache = super().step(tokens, cache)
+            log_probs[:, EOS] = float("-inf")
+            return log_probs, cache
+    g = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(8, 41, (batch,), generator=g)
+    src = torch.full((batch, 41), PAD)
+    for i, n in enumerate(lengths.tolist()):
+        src[i, :n] = torch.randint(2, V - 1, (n,), generator=g)
+        src[i, n] = EOS
+    cfg = DecodeConfig(beam_size=4, alpha=1.0, length_penalty="power", max_len=out_len, extra_len=out_len)
+    step = NoEos(model)
+    for job, search, c in (("beam4", beam_search, cfg), ("greedy", greedy_hypotheses, cfg.replace(beam_size=1))):
+        if job in jobs:
+            search(step, src[:4], c)  # warm-up
+            began = time.perf_counter()
+            search(step, src, c)
+            times[job] = time.perf_counter() - began
+if "train" in jobs:
+    torch.manual_seed(seed)
+    config = ModelConfig.preset("small", vocab_size=8000, max_len=256)
+    model = Transformer(config).train()
+    opt = torch.optim.Adam(model.parameters(), lr=0.0, betas=(0.9, 0.98), eps=1e-9, fused=True)
+    g = torch.Generator().manual_seed(seed)
+    src, tgt = torch.randint(4, 8000, (128, 32), generator=g), torch.randint(4, 8000, (128, 33), generator=g)
+    def one_step(i):
+        for group in opt.param_groups:
+            group["lr"] = rate(i + 1, config.d_model, 4000)
+        loss, _, _ = label_smoothed_nll(model(src, tgt[:, :-1]), tgt[:, 1:], 0.1, config.pad_id)
+        (loss / (tgt.size(0) * 32)).backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    one_step(0)  # warm-up
+    began = time.perf_counter()
+    for i in range(1, 4):
+        one_step(i)
+    times["train"] = time.perf_counter() - began
+print(json.dumps(times))
+"""
+
+
+def run_worker(src: Path, jobs: list[str]) -> dict[str, float]:
+    env = {**os.environ, "PYTHONPATH": str(src.resolve()), "OMP_NUM_THREADS": "2"}
+    cmd = [sys.executable, "-c", WORKER, str(OUT_LEN), str(BATCH), str(SEED), ",".join(jobs)]
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise SystemExit(f"worker for {src} failed:\n{done.stderr[-2000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("old", type=Path, help="the old checkout's src/")
+    parser.add_argument("new", type=Path, help="the new checkout's src/")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--jobs", nargs="+", default=["beam4", "greedy", "train"])
+    args = parser.parse_args()
+    ratios: dict[str, list[float]] = {job: [] for job in args.jobs}
+    for r in range(args.rounds):
+        order = [("old", args.old), ("new", args.new)]
+        if r % 2:
+            order.reverse()
+        times = {name: run_worker(src, args.jobs) for name, src in order}
+        for job in args.jobs:
+            ratios[job].append(times["new"][job] / times["old"][job])
+        print(f"round {r + 1}: " + ", ".join(f"{j} old {times['old'][j]:.2f}s new {times['new'][j]:.2f}s "
+                                             f"({ratios[j][-1]:.3f})" for j in args.jobs), flush=True)
+    print("\n| job | new/old time, median of per-round ratios | per round |\n| --- | --- | --- |")
+    for job, values in ratios.items():
+        print(f"| {job} | {statistics.median(values):.3f} | {', '.join(f'{v:.3f}' for v in values)} |")
+
+
+if __name__ == "__main__":
+    began = time.perf_counter()
+    main()
+    print(f"\n({time.perf_counter() - began:.0f} s; load average {os.getloadavg()[0]:.1f})")

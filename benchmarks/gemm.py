@@ -1,0 +1,66 @@
+"""The host's own limits: float32 GEMM rates of MKL and oneDNN for the shapes aiayn's jobs run.
+
+    python benchmarks/gemm.py            # the table alone
+    from gemm import print_host_rates    # benchmarks/translate.py and train_step.py print it first
+
+Every figure a benchmark reports comes with these rates, so that a different figure on another
+machine of the same kind can be explained (issue 18: on some 2-core EPYC hosts MKL's sgemm reaches
+about half of oneDNN's for decoding's shapes). MKL is what `x @ W` and `F.linear` run on a CPU
+build of PyTorch; oneDNN is reached through `torch._C._nn.mkldnn_linear` with a packed weight.
+Rates are the best of a few repeats, in GFLOP/s, on the threads torch uses.
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+import torch.nn.functional as F
+
+# (name, rows, in, out): decoding's pre-softmax projection (opus-mt-en-de: 58,101 pieces) at beam 4 x
+# batch 32, batch 32 and beam 4 x batch 1; an FFN layer; the training step's projection (4,096 tokens).
+SHAPES = (
+    ("decode projection, 128 rows", 128, 512, 58101),
+    ("decode projection, 32 rows", 32, 512, 58101),
+    ("decode projection, 4 rows", 4, 512, 58101),
+    ("decode FFN W_1, 128 rows", 128, 512, 2048),
+    ("train FFN W_1, 4096 rows", 4096, 512, 2048),
+    ("train projection, 4096 rows", 4096, 512, 37000),
+)
+
+
+def _best(fn, repeats: int) -> float:
+    fn()
+    best = float("inf")
+    for _ in range(repeats):
+        began = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - began)
+    return best
+
+
+def host_rates(repeats: int = 3) -> list[tuple[str, float, float | None]]:
+    """(shape name, MKL GFLOP/s, oneDNN GFLOP/s or None where PyTorch has no oneDNN) for each shape."""
+    rows_out = []
+    for name, n, d_in, d_out in SHAPES:
+        x, w = torch.randn(n, d_in), torch.randn(d_out, d_in)
+        flops = 2 * n * d_in * d_out
+        mkl = flops / _best(lambda: F.linear(x, w), repeats) / 1e9
+        onednn = None
+        if torch.backends.mkldnn.is_available():
+            packed = w.to_mkldnn()
+            onednn = flops / _best(lambda: torch._C._nn.mkldnn_linear(x.to_mkldnn(), packed, None).to_dense(), repeats) / 1e9
+        rows_out.append((name, mkl, onednn))
+    return rows_out
+
+
+def print_host_rates(repeats: int = 3) -> None:
+    print(f"host GEMM rates, float32, {torch.get_num_threads()} thread(s), GFLOP/s (best of {repeats}):")
+    print("| shape | MKL (F.linear) | oneDNN (mkldnn_linear) |\n| --- | --- | --- |")
+    for name, mkl, onednn in host_rates(repeats):
+        print(f"| {name} | {mkl:.0f} | {'-' if onednn is None else f'{onednn:.0f}'} |")
+    print(flush=True)
+
+
+if __name__ == "__main__":
+    print_host_rates()

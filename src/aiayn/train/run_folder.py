@@ -1,0 +1,137 @@
+"""The run folder OUT: who may use it, what aiayn may write there, and what a resume may change.
+
+    OUT/run.json       written by aiayn at the first start: the marker of a run folder and the
+                       recipe it runs (what a resume is compared with)
+    OUT/.aiayn.lock    an exclusive lock held for the whole run (fcntl.flock: the system drops it
+                       when the process dies, so a killed run never blocks the next)
+
+aiayn reuses what it finds (a vocabulary, the encoded data, checkpoints) only in a folder it made;
+a folder it did not make is used only when it holds none of the names aiayn writes. Nothing the
+user gave is written over: the resolved recipe goes to OUT/recipe.yaml, or to
+OUT/recipe.resolved.yaml when OUT/recipe.yaml is the recipe the user named.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import IO, Any
+
+import yaml
+
+from .. import __version__, faults
+from ..io import write_atomic
+from ..recipe import Recipe
+
+RECORD, LOCK, RECIPE, RESOLVED = "run.json", ".aiayn.lock", "recipe.yaml", "recipe.resolved.yaml"
+WRITTEN = ("spm.model", "data", "checkpoints", "model", "tensorboard", "results.json", "test.hyp", RECIPE, RECORD)
+# What a resume may not change: the data, the vocabulary and the model, and what fixes the data
+# order (the saved position counts batches of batch_tokens, shuffled with seed).
+ALLOWED_DATA = ("valid", "test")  # read again at each evaluation and at the end
+FIXED_TRAIN = ("batch_tokens", "seed")
+
+
+class RunFolderError(ValueError):
+    """OUT cannot be used for this run: the message says why and what to do."""
+
+
+def lock(out: Path) -> IO[str] | None:
+    """Hold OUT's lock (returns the open file: the lock lasts while it is open); refuse a busy folder."""
+    try:
+        import fcntl
+    except ImportError:  # not a POSIX system: no lock
+        return None
+    f = open(out / LOCK, "a+")
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        f.seek(0)
+        holder = f.read().strip() or "?"
+        f.close()
+        raise RunFolderError(f"{out}: another `aiayn train` (pid {holder}) is using this folder; "
+                             f"wait for it to end, or choose another --out") from None
+    f.seek(0)
+    f.truncate()
+    f.write(f"{os.getpid()}\n")
+    f.flush()
+    faults.point("run.after-lock")
+    return f
+
+
+def previous_recipe(out: Path) -> dict[str, Any] | None:
+    """The recipe of the run that made OUT (run.json, or an older aiayn's recipe.yaml); None: not a run folder."""
+    if (out / RECORD).is_file():
+        try:
+            record = json.loads((out / RECORD).read_text())
+            return record["recipe"]
+        except (ValueError, KeyError, TypeError):
+            raise RunFolderError(f"{out / RECORD}: unreadable; it is aiayn's record of this run folder") from None
+    if (out / RECIPE).is_file() and (out / "checkpoints").is_dir():  # a run folder of an older aiayn
+        try:
+            values = yaml.safe_load((out / RECIPE).read_text())
+        except yaml.YAMLError:
+            return None
+        if isinstance(values, dict) and set(values) == {"data", "model", "train"}:
+            return values
+    return None
+
+
+def check(out: Path, recipe: Recipe, recipe_file: str | Path | None) -> dict[str, Any] | None:
+    """Refuse OUT when it is a file, another program's folder, or a run of a different recipe; return the old recipe."""
+    if out.exists() and not out.is_dir():
+        raise RunFolderError(f"--out {out}: a file, not a folder")
+    old = previous_recipe(out) if out.is_dir() else None
+    if old is None and out.is_dir():
+        given = Path(recipe_file).resolve() if recipe_file else None
+        for name in WRITTEN:
+            path = out / name
+            if path.exists() and path.resolve() != given:
+                raise RunFolderError(
+                    f"--out {out}: not a folder aiayn train made (no {RECORD}) and it holds {name}, which training "
+                    f"would use or replace; choose another --out" + ("; name a vocabulary with --data.vocab=FILE"
+                                                                       if name == "spm.model" else ""))
+    if old is not None:
+        changed = changes(old, recipe)
+        if changed:
+            raise RunFolderError(f"--out {out}: resuming with a changed recipe: {'; '.join(changed)}. These cannot change "
+                                 f"within a run (budgets and logging can); choose another --out for a new run")
+    return old
+
+
+def changes(old: dict[str, Any], recipe: Recipe) -> list[str]:
+    """The fields that differ between a run's recorded recipe and this one, among those a resume may not change."""
+    new = recipe.to_dict()
+    found = []
+    for name, value in new["data"].items():
+        before = old.get("data", {}).get(name, value)
+        if name not in ALLOWED_DATA and before != value:
+            found.append(f"data.{name} {before!r} -> {value!r}")
+    for name in FIXED_TRAIN:
+        before = old.get("train", {}).get(name, new["train"][name])
+        if before != new["train"][name]:
+            found.append(f"train.{name} {before!r} -> {new['train'][name]!r}")
+    before_model, model = _model_fields(old.get("model", {})), _model_fields(new["model"])
+    for name in sorted(before_model.keys() | model.keys()):
+        if before_model.get(name) != model.get(name):
+            found.append(f"model.{name} {before_model.get(name)!r} -> {model.get(name)!r}")
+    return found
+
+
+def _model_fields(section: dict[str, Any]) -> dict[str, Any]:
+    """The ModelConfig a model section names (preset and overrides resolved), as a dict."""
+    try:
+        return Recipe(model=dict(section)).model_config(1).to_dict()
+    except (TypeError, ValueError):
+        return dict(section)
+
+
+def record(out: Path, recipe: Recipe, recipe_file: str | Path | None) -> None:
+    """Write run.json and the resolved recipe (never over the user's own recipe file)."""
+    meta = {"format": "aiayn-run", "version": __version__, "recipe": recipe.to_dict()}
+    write_atomic(out / RECORD, json.dumps(meta, indent=2).encode())
+    target = out / RECIPE
+    if recipe_file is not None and target.exists() and target.resolve() == Path(recipe_file).resolve():
+        target = out / RESOLVED
+    write_atomic(target, yaml.safe_dump(recipe.to_dict(), sort_keys=False).encode())
+    faults.point("run.after-record")

@@ -1,0 +1,290 @@
+"""Issue 12, "data loss and code execution": each fault injected, and the promise checked.
+
+Nothing the user owns is deleted or written over, nothing loaded runs code, a busy run folder is
+locked, a changed recipe is refused by name, a full disk leaves the earlier checkpoints; every
+refusal is one or two lines on stderr, never a traceback.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from aiayn import io
+from aiayn.cli import main
+from aiayn.config import ModelConfig
+from aiayn.data.corpus import EncodedCorpus, read_lines
+from aiayn.data.vocab import Vocab
+from aiayn.model import Transformer
+from aiayn.train import checkpoint, run_folder
+from aiayn.train.checkpoint import TrainState, load_checkpoint, save_checkpoint
+from aiayn.train.rng import rng_state
+
+REPO = Path(__file__).resolve().parents[1]
+VAL = REPO.parent / "shared" / "data" / "multi30k" / "val"
+
+
+def train_args(out: Path, *extra: str) -> list[str]:
+    return ["train", str(REPO / "recipes" / "tiny.yaml"), "--out", str(out), f"--data.train={VAL}",
+            f"--data.valid={VAL}", "--train.max_steps=4", "--train.save_every=2", *extra]
+
+
+PROGRESS = re.compile(r"\d+%\|")  # tqdm's bar, shown before the failure
+
+
+def refused(capsys, argv: list[str], *words: str) -> str:
+    """Run `aiayn ARGV`, which must fail with one or two lines naming words, and no traceback."""
+    code = main(argv)
+    err = "\n".join(line for line in capsys.readouterr().err.splitlines() if not PROGRESS.search(line)).strip()
+    assert code != 0, err
+    assert "Traceback" not in err and 1 <= len(err.splitlines()) <= 2, err
+    for word in words:
+        assert word in err, (word, err)
+    return err
+
+
+def snapshot(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _restore_threads():
+    threads = torch.get_num_threads()  # the tiny recipe sets 1 thread
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory) -> Path:
+    """A finished tiny run folder: checkpoints at steps 2 and 4, OUT/model."""
+    out = tmp_path_factory.mktemp("robust") / "run"
+    assert main(train_args(out)) == 0
+    return out
+
+
+def copy_run(run: Path, to: Path) -> Path:
+    shutil.copytree(run, to, ignore=shutil.ignore_patterns(run_folder.LOCK))
+    return to
+
+
+# 1. convert --force replaces only what the converter writes; an output around the input is refused
+
+def test_convert_refuses_an_output_that_is_holds_or_lies_in_the_input(run, tmp_path, capsys):
+    model = shutil.copytree(run / "model", tmp_path / "models" / "en-de")
+    (tmp_path / "models" / "notes.txt").write_text("mine")
+    before = snapshot(tmp_path)
+    for out in (model.parent, model, model / "ct2", tmp_path):
+        for to in ("ctranslate2", "marian"):
+            refused(capsys, ["convert", str(model), str(out), "--to", to, "--force"], str(out), "input model")
+    assert snapshot(tmp_path) == before
+
+
+def test_convert_force_keeps_unrelated_files(run, tmp_path):
+    pytest.importorskip("ctranslate2")
+    for to, written in (("marian", "model.safetensors"), ("ctranslate2", "model.bin")):
+        out = tmp_path / to
+        out.mkdir()
+        (out / "notes.txt").write_text("mine")
+        (out / "sub").mkdir()
+        (out / "sub" / "data.txt").write_text("also mine")
+        for _ in range(2):  # into a folder of the user's, then over the model written there
+            assert main(["convert", str(run / "model"), str(out), "--to", to, "--force"]) == 0
+            assert (out / "notes.txt").read_text() == "mine" and (out / "sub" / "data.txt").read_text() == "also mine"
+            assert (out / written).is_file()
+        assert main(["convert", str(run / "model"), str(out), "--to", to]) == 2  # a model there: --force needed
+    assert not list(tmp_path.glob(".aiayn-ct2-*"))  # the converter's scratch folder is gone
+
+
+# 2. nothing is unpickled with code: the training state is JSON + safetensors
+
+class Payload:
+    def __init__(self, marker: Path):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (Path.write_text, (self.marker, "ran"))
+
+
+def test_a_pickle_payload_in_a_checkpoint_never_runs(run, tmp_path, capsys):
+    out = copy_run(run, tmp_path / "run")
+    step = out / "checkpoints" / "step-4"
+    marker = tmp_path / "pwned"
+    for name in (checkpoint.STATE, checkpoint.TENSORS):
+        (step / name).unlink()
+    torch.save({"step": 4, "optimizer": Payload(marker)}, step / checkpoint.OLD_STATE)  # an old-format state.pt
+    refused(capsys, train_args(out, "--train.max_steps=6"), str(step / "state.pt"), "refused")
+    assert not marker.exists()
+
+
+def test_an_old_plain_state_pt_is_still_read(run, tmp_path):
+    """An older aiayn's state.pt (tensors and plain containers only) resumes through weights_only=True."""
+    step = copy_run(run, tmp_path / "run") / "checkpoints" / "step-4"
+    state, optimizer = load_checkpoint(step)
+    rng = state.rng[0]
+    kind, keys, pos, has_gauss, cached = rng["numpy"]
+    old = {"step": state.step, "optimizer": optimizer, "data": state.data, "elapsed": state.elapsed,
+           "flops": state.flops, "tokens": state.tokens, "scaler": {},
+           "rng": {"torch": rng["torch"], "python": rng["python"],
+                   "numpy": [kind, torch.from_numpy(keys.astype("int64")), pos, has_gauss, cached]}}
+    torch.save(old, step / checkpoint.OLD_STATE)
+    for name in (checkpoint.STATE, checkpoint.TENSORS):
+        (step / name).unlink()
+    again, optimizer_again = load_checkpoint(step)
+    assert (again.step, again.data, again.tokens) == (state.step, state.data, state.tokens)
+    assert torch.equal(again.rng[0]["torch"], rng["torch"]) and again.rng[0]["python"] == rng["python"]
+    assert torch.equal(optimizer_again["state"][0]["exp_avg"], optimizer["state"][0]["exp_avg"])
+
+
+def test_train_state_round_trips_whole_with_every_ranks_rng(tmp_path):
+    model = Transformer(ModelConfig.preset("tiny", vocab_size=50))
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    model(torch.ones(2, 3, dtype=torch.long), torch.ones(2, 3, dtype=torch.long)).sum().backward()
+    optimizer.step()
+    first = rng_state()
+    torch.rand(5)
+    second = rng_state()  # another rank's stream
+    state = TrainState(step=7, elapsed=1.5, flops=3e9, tokens=123, data={"epoch": 2, "index": 5},
+                       rng=[first, second], scaler={"scale": 1024.0, "_growth_tracker": 3})
+    save_checkpoint(tmp_path, model, None, optimizer.state_dict(), state, keep=0)
+    back, optimizer_state = load_checkpoint(tmp_path / "step-7")
+    assert (back.step, back.elapsed, back.flops, back.tokens, back.data, back.scaler) == (
+        7, 1.5, 3e9, 123, {"epoch": 2, "index": 5}, state.scaler)
+    for saved, loaded in zip([first, second], back.rng):
+        assert torch.equal(saved["torch"], loaded["torch"]) and saved["python"] == loaded["python"]
+        assert (saved["numpy"][1] == loaded["numpy"][1]).all()
+    assert not torch.equal(back.rng[0]["torch"], back.rng[1]["torch"])
+    fresh = torch.optim.Adam(model.parameters(), lr=1e-3)
+    fresh.load_state_dict(optimizer_state)
+    for a, b in zip(fresh.state_dict()["state"].values(), optimizer.state_dict()["state"].values()):
+        assert all(torch.equal(a[k], b[k]) for k in b)
+
+
+# 3. kill -9 while the data cache is written: a half-written cache is detected and rebuilt
+
+def test_a_half_written_data_cache_is_rebuilt(tmp_path):
+    corpus = EncodedCorpus([[5, 6, 2], [7, 2]], [[8, 2], [9, 9, 9, 2]], [1, 3])
+    path = tmp_path / "train.safetensors"
+    corpus.save(path, "key")
+    assert EncodedCorpus.load(path, "key") == corpus
+    assert EncodedCorpus.load(path, "another vocabulary") is None
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])  # what a kill during a plain write leaves
+    assert EncodedCorpus.load(path, "key") is None
+    path.write_bytes(data[:-1] + bytes([data[-1] ^ 1]))  # the length right, one bit wrong
+    assert EncodedCorpus.load(path, "key") is None
+    path.write_bytes(data)
+    (tmp_path / "train.safetensors.json").unlink()  # killed before the sidecar, written last
+    assert EncodedCorpus.load(path, "key") is None
+
+
+# 4. a lock on --out
+
+HOLD = "import sys, time; from pathlib import Path; from aiayn.train.run_folder import lock; " \
+       "f = lock(Path(sys.argv[1])); print('held', flush=True); time.sleep(60)"
+
+
+def test_a_busy_run_folder_is_refused_and_a_stale_lock_does_not_block(run, tmp_path, capsys):
+    out = copy_run(run, tmp_path / "run")
+    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(out)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        before = snapshot(out / "checkpoints")
+        refused(capsys, train_args(out, "--train.max_steps=6"), str(out), f"pid {holder.pid}", "another")
+        assert snapshot(out / "checkpoints") == before
+    finally:
+        holder.kill()  # SIGKILL: the lock file stays, the lock goes with the process
+        holder.wait()
+    assert (out / run_folder.LOCK).read_text().strip() == str(holder.pid)
+    assert main(train_args(out, "--train.max_steps=6")) == 0
+    assert (out / "checkpoints" / "step-6").is_dir()
+
+
+# 5. the user's recipe file is never written over
+
+def test_the_users_recipe_in_the_run_folder_is_not_written_over(tmp_path):
+    out = tmp_path / "run"
+    out.mkdir()
+    recipe = out / "recipe.yaml"
+    shutil.copyfile(REPO / "recipes" / "tiny.yaml", recipe)
+    text = recipe.read_bytes()
+    argv = ["train", str(recipe), "--out", str(out), f"--data.train={VAL}", f"--data.valid={VAL}",
+            "--train.max_steps=2", "--train.save_every=2"]
+    assert main(argv) == 0
+    assert main(argv[:-2] + ["--train.max_steps=3", "--train.save_every=3"]) == 0  # and on resume
+    assert recipe.read_bytes() == text  # comments and all
+    assert "max_steps: 3" in (out / run_folder.RESOLVED).read_text()
+
+
+# 6. a resume with a changed recipe: data, vocabulary and model refused by name; budgets may change
+
+def test_resume_refuses_changed_data_vocabulary_and_model_fields(run, tmp_path, capsys):
+    out = copy_run(run, tmp_path / "run")
+    before = snapshot(out)
+    refused(capsys, train_args(out, "--model.d_model=32", "--model.n_heads=2"), "model.d_model 64 -> 32", "model.n_heads")
+    refused(capsys, train_args(out, "--data.vocab_size=400"), "data.vocab_size 300 -> 400")
+    refused(capsys, train_args(out, "--data.max_subwords=32"), "data.max_subwords")
+    refused(capsys, train_args(out, "--train.batch_tokens=256"), "train.batch_tokens")
+    assert snapshot(out) == before
+    assert main(train_args(out, "--train.max_steps=6", "--train.eval_every=3", "--train.log_every=1",
+                           "--train.keep_checkpoints=9", "--train.bleu_sentences=5", "--train.threads=1")) == 0
+    assert (out / "checkpoints" / "step-6").is_dir()
+
+
+# 7. a vocabulary is reused only in a run folder aiayn made, or when the recipe names it
+
+def test_out_at_a_model_directory_is_refused_and_a_named_vocabulary_is_used(run, tmp_path, capsys):
+    model = shutil.copytree(run / "model", tmp_path / "opus-mt")
+    Vocab.train(read_lines(f"{VAL}.de.gz")[:300], 200).save(model / "spm.model")  # another model's vocabulary
+    before = snapshot(model)
+    refused(capsys, train_args(model), "spm.model", "--data.vocab")
+    assert snapshot(model) == before
+    out = tmp_path / "named"
+    assert main(train_args(out, f"--data.vocab={model / 'spm.model'}", "--train.max_steps=2")) == 0
+    assert (out / "model" / "spm.model").read_bytes() == (model / "spm.model").read_bytes()
+    assert not (out / "spm.model").exists()
+
+
+# 8. translate -i same.txt -o same.txt
+
+def test_translate_refuses_output_onto_its_input(run, tmp_path, capsys):
+    text = tmp_path / "same.txt"
+    text.write_text("A man.\n")
+    os.link(text, tmp_path / "hard-link.txt")
+    for output in (text, tmp_path / "." / "same.txt", tmp_path / "hard-link.txt"):
+        refused(capsys, ["translate", "--model", str(run / "model"), "-i", str(text), "-o", str(output)], "-i", "same file")
+    assert text.read_text() == "A man.\n"
+
+
+# 9. disk full during a checkpoint
+
+def test_disk_full_during_a_checkpoint_keeps_the_earlier_ones(run, tmp_path, capsys, monkeypatch):
+    out = copy_run(run, tmp_path / "run")
+    before = snapshot(out / "checkpoints")
+
+    def full(tensors, path, *args, **kwargs):
+        Path(path).write_bytes(b"\0" * 10)  # part of the file, then no space
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), path)
+
+    monkeypatch.setattr(checkpoint, "save_file", full)
+    refused(capsys, train_args(out, "--train.max_steps=6"), "step-6", "No space left on device", "earlier checkpoints")
+    assert snapshot(out / "checkpoints") == before  # no .tmp-step-6, step-2 and step-4 intact
+    monkeypatch.undo()
+    assert main(train_args(out, "--train.max_steps=6")) == 0
+
+
+def test_average_never_writes_into_a_checkpoint_or_over_a_model_unasked(run, tmp_path, capsys):
+    out = copy_run(run, tmp_path / "run")
+    step = out / "checkpoints" / "step-4"
+    before = snapshot(out / "checkpoints")
+    refused(capsys, ["average", str(out), "--last", "2", "--out", str(step)], "input model")
+    refused(capsys, ["average", str(out), "--last", "2", "--out", str(out / "model")], "--force")
+    assert snapshot(out / "checkpoints") == before
+    assert main(["average", str(out), "--last", "2", "--out", str(out / "model"), "--force"]) == 0

@@ -1,0 +1,67 @@
+"""The decoding state's ownership rules, and the per-stack and per-head sizes of the configuration."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from aiayn import ModelConfig, Transformer
+from aiayn.decode.beam import beam_search
+from aiayn.decode.state import UsedState
+from aiayn.decode.step import TransformerStep
+from aiayn.config import DecodeConfig
+
+
+def test_a_used_up_state_raises_instead_of_reading_garbage():
+    model = Transformer(ModelConfig.preset("tiny", vocab_size=30)).eval()
+    step = TransformerStep(model)
+    src = torch.randint(4, 30, (3, 7))
+    with torch.inference_mode():
+        first = step.start(src)
+        _, second = step.step(torch.full((3, 1), model.config.bos_id), first)
+        with pytest.raises(UsedState):
+            step.step(torch.full((3, 1), 5), first)  # its caches now belong to `second`
+        third = second.index_select(torch.tensor([2, 0]), torch.tensor([2, 0]))
+        with pytest.raises(UsedState):
+            second.index_select(torch.tensor([0]), torch.tensor([0]))
+        with pytest.raises(UsedState):
+            step.step(torch.full((3, 1), 5), second)
+        log_probs, fourth = step.step(torch.full((2, 1), 5), third)  # the returned state goes on
+    assert log_probs.shape == (2, 30) and fourth.length == 2 and fourth.rows == 2
+
+
+@pytest.mark.parametrize("sizes", [
+    dict(d_k=8, d_v=24),  # Table 3 row (B) shrinks d_k; d_v may differ from it
+    dict(n_heads=2, n_decoder_heads=8, d_decoder_ff=96, n_decoder_layers=3),  # a Marian configuration may
+])
+def test_other_head_and_stack_sizes_decode_as_they_are_trained(sizes):
+    config = ModelConfig.preset("tiny", vocab_size=40, **sizes)
+    model = Transformer(config).eval()
+    enc, dec = config.encoder, config.decoder
+    attn, ffn = model.decoder.layers[0].self_attn, model.decoder.layers[0].ffn
+    assert attn.q_proj.weight.shape == (dec.heads * dec.d_k, config.d_model)
+    assert attn.v_proj.weight.shape == (dec.heads * dec.d_v, config.d_model)
+    assert attn.out_proj.weight.shape == (config.d_model, dec.heads * dec.d_v)
+    assert ffn.fc1.weight.shape == (dec.d_ff, config.d_model) and len(model.decoder.layers) == dec.layers
+    assert model.encoder.layers[0].self_attn.heads == enc.heads
+    src, tgt = torch.randint(4, 40, (2, 6)), torch.randint(4, 40, (2, 5))
+    with torch.inference_mode():
+        out = model(src, tgt, return_attention=True)
+        assert out.attention.decoder[0].shape == (2, dec.heads, 5, 5)
+        step = TransformerStep(model)
+        state, steps = step.start(src), []
+        for t in range(tgt.size(1)):
+            log_probs, state = step.step(tgt[:, t : t + 1], state)
+            steps.append(log_probs.clone())
+    assert (torch.stack(steps, 1) - out.logits.log_softmax(-1)).abs().max() < 1e-5
+    hyps = beam_search(model, src, DecodeConfig(beam_size=3, max_len=6))
+    assert all(len(h) == 1 and len(h[0].tokens) <= 6 for h in hyps)
+
+
+def test_stack_shapes_follow_the_paper_unless_set():
+    base = ModelConfig.preset("base")
+    assert base.encoder == base.decoder == (6, 8, 64, 64, 2048)  # d_k = d_v = d_model / h (§3.2.2)
+    assert ModelConfig.preset("base", n_heads=16).encoder.d_k == 32  # Table 3 row (A)
+    assert ModelConfig.preset("base", n_heads=16, d_k=16).encoder[1:4] == (16, 16, 32)  # row (B): d_v stays 512/16
+    with pytest.raises(ValueError, match="n_decoder_heads 7"):
+        ModelConfig.preset("base", n_decoder_heads=7)
