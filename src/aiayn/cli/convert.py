@@ -40,7 +40,6 @@ def check_output(model: Path, out: Path) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..marian import aiayn_to_marian, detect_format, marian_to_aiayn, to_ctranslate2
-
     from .paths import check_output_folder
 
     check_output_folder(args.output, "output")
