@@ -55,7 +55,8 @@ def work(tmp_path, model_dir) -> Path:
 def snapshot(folder: Path, ignore: str | None = None) -> dict[str, bytes]:
     """Every file under folder and its bytes, but for those under folder/ignore."""
     files = (p for p in sorted(folder.rglob("*")) if p.is_file())
-    return {str(p.relative_to(folder)): p.read_bytes() for p in files if not (ignore and p.is_relative_to(folder / ignore))}
+    kept = (p for p in files if not (ignore and p.is_relative_to(folder / ignore)))
+    return {str(p.relative_to(folder)): p.read_bytes() for p in kept}
 
 
 def fails(argv: list[str], capsys, folder: Path, *expected: str, ignore: str | None = None) -> str:
@@ -110,7 +111,8 @@ def test_corrupt_model_files(work, capsys, name, content, expected):
 def test_truncated_weights(work, capsys):
     path = work / "model" / "model.safetensors"
     path.write_bytes(path.read_bytes()[:-100])
-    fails(["translate", "--model", str(work / "model"), "-i", str(work / "in.txt")], capsys, work, str(path), "truncated")
+    argv = ["translate", "--model", str(work / "model"), "-i", str(work / "in.txt")]
+    fails(argv, capsys, work, str(path), "truncated")
 
 
 # -- translate -------------------------------------------------------------------------------------------------

@@ -66,7 +66,8 @@ class ModelConfig:
                 raise ValueError(f"{name} = {getattr(self, name)}: not below vocab_size {self.vocab_size}")
         for name in ("pad_id", "bos_id", "eos_id"):
             if getattr(self, name) >= self.target_vocab_size:
-                raise ValueError(f"{name} = {getattr(self, name)}: not below the target vocabulary's size {self.target_vocab_size}")
+                raise ValueError(f"{name} = {getattr(self, name)}: not below the target vocabulary's size "
+                                 f"{self.target_vocab_size}")
         for name, heads in (("n_heads", self.n_heads), ("n_decoder_heads", self.decoder_heads)):
             if heads > 0 and (self.d_k is None or self.d_v is None) and self.d_model % heads:
                 raise ValueError(f"d_model {self.d_model} is not divisible by {name} {heads}; set d_k and d_v")

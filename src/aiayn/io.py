@@ -252,7 +252,8 @@ def read_model_config(directory: str | Path) -> ModelConfig:
     if "model" not in meta:
         raise ValueError(f"{path}: no \"model\" entry (the ModelConfig fields)")
     if not isinstance(meta["model"], dict):
-        raise ValueError(f"{path}: \"model\" must be a JSON object of ModelConfig fields, not {json.dumps(meta['model'])[:40]}")
+        what = json.dumps(meta["model"])[:40]
+        raise ValueError(f"{path}: \"model\" must be a JSON object of ModelConfig fields, not {what}")
     try:
         return ModelConfig.from_dict(meta["model"])
     except ValueError as err:

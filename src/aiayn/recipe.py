@@ -201,7 +201,8 @@ def check_recipe(recipe: Recipe, where: str = "") -> None:
     except ValueError as err:
         raise ValueError(f"{where}model: {err}") from None
     if recipe.data.max_subwords > model.max_len:  # a kept pair must fit the position table
-        raise ValueError(f"{where}data.max_subwords {recipe.data.max_subwords} is more than model.max_len {model.max_len}")
+        raise ValueError(f"{where}data.max_subwords {recipe.data.max_subwords} is more than "
+                         f"model.max_len {model.max_len}")
 
 
 def read_yaml(path: Path) -> Any:

@@ -64,14 +64,16 @@ def at_least(low: int):
 
 def number(above: float | None = None, at_most: float | None = None):
     """An argparse type: a finite float in (above, at_most]."""
+    bounds = " and ".join([f"above {above}"] * (above is not None) + [f"at most {at_most}"] * (at_most is not None))
+
     def parse(text: str) -> float:
         try:
             value = float(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-        if not math.isfinite(value) or (above is not None and value <= above) or (at_most is not None and value > at_most):
-            bounds = " and ".join([f"above {above}"] * (above is not None) + [f"at most {at_most}"] * (at_most is not None))
-            raise argparse.ArgumentTypeError(f"must be a finite number{' ' + bounds if bounds else ''}, got {text}")
+        inside = (above is None or value > above) and (at_most is None or value <= at_most)
+        if not (math.isfinite(value) and inside):
+            raise argparse.ArgumentTypeError(f"must be a finite number {bounds}".rstrip() + f", got {text}")
         return value
     return parse
 

@@ -38,7 +38,8 @@ def read_lines(path: str | Path) -> list[str]:
                 try:
                     line = raw.decode("utf-8")
                 except UnicodeDecodeError as err:
-                    raise ValueError(f"{path}:{number}: not valid UTF-8 (byte {err.start}: {raw[err.start:err.start + 1]!r})") from None
+                    bad = raw[err.start : err.start + 1]
+                    raise ValueError(f"{path}:{number}: not valid UTF-8 (byte {err.start}: {bad!r})") from None
                 lines.append(line.rstrip("\r\n"))
         except (gzip.BadGzipFile, EOFError, ZlibError) as err:
             raise ValueError(f"{path}: not a valid gzip file ({err or 'it ends too early'})") from None

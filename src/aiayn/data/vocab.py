@@ -28,7 +28,8 @@ def _clear_trainer_errors(train: Callable[..., Vocab]) -> Callable[..., Vocab]:
     @functools.wraps(train)
     def checked(cls, sentences: Iterable[str], vocab_size: int, *args, **kwargs) -> Vocab:
         if vocab_size < UNK_ID + 2:
-            raise ValueError(f"data.vocab_size {vocab_size}: must be at least {UNK_ID + 2} (4 special tokens and a character)")
+            raise ValueError(f"data.vocab_size {vocab_size}: must be at least {UNK_ID + 2} "
+                             "(4 special tokens and a character)")
         sentences = list(sentences)
         if not any(s.strip() for s in sentences):
             raise ValueError("no text to train the vocabulary on: the training files have no non-empty line")
