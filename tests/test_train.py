@@ -100,7 +100,7 @@ def test_paper_recipes_have_the_papers_settings():
     big = load_recipe(REPO / "recipes" / "wmt14-en-de-big.yaml")
     assert (base.train.warmup_steps, base.train.max_steps, base.train.lr_factor) == (4000, 100_000, 1.0)
     assert (base.train.beta1, base.train.beta2, base.train.adam_eps, base.train.label_smoothing) == (0.9, 0.98, 1e-9, 0.1)
-    assert base.model_config(37000) == ModelConfig.preset("base", vocab_size=37000, max_len=base.model_config(1).max_len,
+    assert base.model_config(37000) == ModelConfig.preset("base", vocab_size=37000, max_len=base.model_config(37000).max_len,
                                                           src_lang="en", tgt_lang="de")  # the data's languages
     assert big.model_config(37000).d_model == 1024 and big.model_config(37000).p_drop == 0.3
     assert big.train.max_steps == 300_000 and big.train.average_last == 20 and base.train.average_last == 5

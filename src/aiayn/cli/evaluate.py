@@ -10,6 +10,7 @@ import argparse
 import json
 from pathlib import Path
 
+from .paths import output_file
 from .translate import add_search_arguments, chunks, load_translator, read_lines
 
 DEFAULT_LANG = "de"  # the paper's En-De tokenised BLEU
@@ -20,7 +21,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--hyp", help="translations to score (instead of --model)")
     parser.add_argument("--model", help="translate --src with this model, then score")
     parser.add_argument("--src", help="source sentences (with --model)")
-    parser.add_argument("--save-hyp", help="with --model: also write the translations here")
+    parser.add_argument("--save-hyp", type=output_file, help="with --model: also write the translations here")
     parser.add_argument("--lang", help="target language for the tokenised BLEU: Moses' rules, and German's compound "
                         f"split (default: the model's target language, else {DEFAULT_LANG})")
     parser.add_argument("--json", action="store_true", help="print the scores as one JSON object")
@@ -36,6 +37,8 @@ def run(args: argparse.Namespace) -> int:
     from .. import evaluate
 
     refs = read_file(args.ref)
+    if not refs:
+        raise ValueError(f"{args.ref}: empty file; there is nothing to score")
     scores, extra, lang = [], {}, args.lang
     if args.hyp:
         hyps = read_file(args.hyp)

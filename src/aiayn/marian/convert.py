@@ -73,7 +73,10 @@ def load_any(
     if detect_format(directory) == "marian":
         return load_marian(directory, device, read)
     meta = io.read_config(directory)
-    decode = DecodeConfig(**meta["decode"]) if "decode" in meta else None
+    try:
+        decode = DecodeConfig.from_dict(meta["decode"]) if "decode" in meta else None
+    except ValueError as err:
+        raise ValueError(f"{Path(directory) / io.CONFIG}: decode: {err}") from None
     return io.load_model(directory, device, read), load_tokenizer(directory), decode
 
 
