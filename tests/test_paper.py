@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import pytest
 
 from aiayn.cli import main as cli_main
 from aiayn.lab.report import read_claims

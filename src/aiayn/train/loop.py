@@ -12,7 +12,6 @@
 from __future__ import annotations
 
 import json
-import math
 import random
 import time
 from collections.abc import Callable
@@ -27,7 +26,8 @@ from ..data.batching import Batch, BatchStream, collate, make_batches
 from ..data.corpus import EncodedCorpus, cache_key, encode_pairs, find_file, read_parallel
 from ..data.vocab import Vocab
 from ..evaluate import tokenized_bleu
-from ..io import load_model, write_atomic
+from ..decode.layout import for_decoding
+from ..io import load_model, read_column_major, read_safetensors, write_atomic
 from ..model import Transformer
 from ..recipe import Recipe
 from . import distributed, precision, progress, run_folder
@@ -287,7 +287,8 @@ def finish(recipe: Recipe, out: Path, start: Start, device: torch.device, log: L
 
         save_tokenizer(start.tokenizer, out / "model")
     log(f"{out / 'model'}: the mean of {len(last)} checkpoint(s): {', '.join(p.name for p in last)}")
-    model = load_model(out / "model", device)
+    read = read_column_major if device.type == "cpu" else read_safetensors
+    model = for_decoding(load_model(out / "model", device, read))  # only decoded from here on: laid out for it
     results: dict = {"averaged": [p.name for p in last]}
     if d.test:
         src, ref = read_parallel(find_file(d.test, d.src_lang), find_file(d.test, d.tgt_lang))
