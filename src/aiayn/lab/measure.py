@@ -90,9 +90,10 @@ def run_cost(results: dict[str, Any] | None, rate: float) -> dict[str, Any]:
         estimated = cost.paper_flops(cost.PAPER_HOURS[name])
         models[name] = {"estimated": estimated, "counted": counted, "utilisation": cost.utilisation(counted, estimated)}
     out: dict[str, Any] = {"models": models, "machine_rate": rate}
-    if results and results.get("minutes"):
-        seconds = results["minutes"] * 60
-        out["run"] = {"minutes": results["minutes"], "steps": results.get("steps"), "counted": results.get("train_flops"),
+    counted = (results or {}).get("matmul_flops", (results or {}).get("train_flops"))  # the name before issue 15
+    if results and results.get("minutes") and counted:
+        seconds = results.get("device_seconds", results["minutes"] * 60)
+        out["run"] = {"minutes": results["minutes"], "steps": results.get("steps"), "counted": counted,
                       "estimated": seconds * rate, "tokens": results.get("tokens")}
     return out
 

@@ -9,7 +9,6 @@ compared with the base by direction, not by value.
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -95,12 +94,9 @@ def run_table3(out: Path, minutes: float, labels: list[str] | None = None, bleu_
     base_config = multi30k_recipe(common).model_config(100)
 
     def trained(name: str, changes: dict[str, Any]) -> dict[str, float]:
-        recipe = multi30k_recipe(common + overrides(changes))
+        vocab = out / "base" / "spm.model"  # the base run's vocabulary: trained once, named by every row
+        recipe = multi30k_recipe(common + overrides(changes) + ([f"--data.vocab={vocab}"] if name != "base" else []))
         run = out / name
-        if name != "base" and (out / "base" / "spm.model").is_file() and not (run / "spm.model").exists():
-            run.mkdir(parents=True, exist_ok=True)  # the base run's vocabulary and encoded data: made once
-            shutil.copy(out / "base" / "spm.model", run / "spm.model")
-            shutil.copytree(out / "base" / "data", run / "data", dirs_exist_ok=True)
         log(f"== {name}: {' '.join(overrides(changes)) or BASES[base]}, {minutes} min")
         results = train(recipe, run, log=lambda _: None)
         d = recipe.data
