@@ -92,7 +92,8 @@ def run_cost(results: dict[str, Any] | None, rate: float) -> dict[str, Any]:
     out: dict[str, Any] = {"models": models, "machine_rate": rate}
     if results and results.get("minutes"):
         seconds = results["minutes"] * 60
-        out["run"] = {"minutes": results["minutes"], "steps": results.get("steps"), "counted": results.get("train_flops"),
+        counted = results.get("matmul_flops", results.get("train_flops"))  # (the older name)
+        out["run"] = {"minutes": results["minutes"], "steps": results.get("steps"), "counted": counted,
                       "estimated": seconds * rate, "tokens": results.get("tokens")}
     return out
 
