@@ -124,7 +124,6 @@ def run_ct2(work: Path, beam: int, batch_size: int, sources: list[list[int]], co
 
 
 def run_aiayn(work: Path, beam: int, batch_size: int, sources: list[list[int]], int8: bool):
-    import torch
 
     from aiayn.config import DecodeConfig
     from aiayn.decode.beam import beam_search
@@ -141,11 +140,16 @@ def run_aiayn(work: Path, beam: int, batch_size: int, sources: list[list[int]], 
         maps = MappedReads()
         model = quantize_int8(load_marian_model(work / "marian", unk_id=UNK, read=maps.read), release=maps.release)
         maps.detach(model)
-    else:
-        from aiayn.io import read_column_major
+        gemm = "mkl"
+    else:  # the GEMM backend measured on the model's shapes (or AIAYN_GEMM), as Translator.load chooses it
+        from aiayn.decode import backend
+        from aiayn.io import read_column_major, read_safetensors
+        from aiayn.marian.convert import model_config
 
-        model = load_marian_model(work / "marian", unk_id=UNK, read=read_column_major)
-    for_decoding(model)
+        gemm = backend.choose(model_config(work / "marian"), rows=min(128, beam * batch_size))
+        model = load_marian_model(work / "marian", unk_id=UNK, read=read_column_major if gemm == "mkl" else read_safetensors)
+        print(f"aiayn float32 decodes with {gemm}", file=sys.stderr, flush=True)
+    for_decoding(model, gemm)
 
     class NoEos(TransformerStep):  # as HF's min_new_tokens and CTranslate2's min_decoding_length
         def step(self, tokens, cache):

@@ -7,7 +7,6 @@ message, and that every file under the test's folder is byte for byte what it wa
 from __future__ import annotations
 
 import gzip
-import json
 import os
 import shutil
 import subprocess

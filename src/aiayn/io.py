@@ -11,7 +11,6 @@ import json
 import math
 import mmap
 import os
-import warnings
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path

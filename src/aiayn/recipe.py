@@ -38,7 +38,7 @@ class DataConfig:
 class TrainConfig:
     """The training recipe of §5, with the paper's names."""
 
-    batch_tokens: int = field(default=4096, metadata={"help": "tokens per side per micro-batch per rank, padding included"})
+    batch_tokens: int = field(default=4096, metadata={"help": "real (non-padding) tokens per side per micro-batch per rank (§5.1)"})
     effective_batch_tokens: int = field(default=0, metadata={"help": "tokens per side per optimizer step; 0 = batch_tokens x world"})
     warmup_steps: int = 4000  # eq. (3)
     lr_factor: float = 1.0  # scale of eq. (3)

@@ -19,6 +19,8 @@ COMMANDS = {
     "translate": ("translate", "translate text with a model, one line per line (§6.1 beam search)"),
     "evaluate": ("evaluate", "score translations: sacreBLEU, tokenised BLEU, chrF, perplexity"),
     "convert": ("convert", "convert a model: Marian (opus-mt) <-> aiayn, and to CTranslate2"),
+    "serve": ("serve", "a web page and JSON API: translate, attention, the beam tree, the paper's figures"),
+    "paper": ("paper", "the paper's claims measured here: a report with figures (or: paper table3)"),
 }
 
 

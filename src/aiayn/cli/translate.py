@@ -46,6 +46,8 @@ def add_search_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-tokens", type=at_least(1), help="batch by padded source tokens instead of sentences")
     parser.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, ...")
     parser.add_argument("--int8", action="store_true", help="int8 weights for the linear layers (CPU)")
+    parser.add_argument("--gemm", choices=["auto", "mkl", "onednn"], default=None,
+                        help="float32 products on a CPU: measured at load (auto, the default; or $AIAYN_GEMM), or forced")
     parser.add_argument("--truncate", action="store_true", help="cut lines longer than the model takes")
 
 
@@ -86,7 +88,7 @@ def load_translator(args: argparse.Namespace):
     check_device(args.device, "--device")
     torch.manual_seed(args.seed)
     translator = Translator.load(
-        args.model, device=args.device, int8=args.int8, beam_size=args.beam_size, alpha=args.alpha,
+        args.model, device=args.device, int8=args.int8, gemm=args.gemm, beam_size=args.beam_size, alpha=args.alpha,
         length_penalty=args.length_penalty, max_len=args.max_len, sample=args.sample,
         temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, n_best=getattr(args, "n_best", None),
         batch_size=args.batch_size, max_tokens=args.max_tokens, truncate=args.truncate,
@@ -155,6 +157,10 @@ def run(args: argparse.Namespace) -> int:
     if args.input and args.output and _same_file(args.input, args.output):
         raise ValueError(f"-o {args.output}: the same file as -i {args.input}; the input would be replaced "
                          f"by its translation; write to another file")
+    if int(os.environ.get("WORLD_SIZE", 1)) > 1:  # under torchrun: each rank its share of the lines
+        from . import translate_ranks
+
+        return translate_ranks.run(args)
     translator = load_translator(args)
     name = args.input or "<stdin>"
     progress = None

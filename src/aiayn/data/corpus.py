@@ -142,6 +142,14 @@ class EncodedCorpus:
         return cls(_unflat("src", d), _unflat("tgt", d), d["lines"].tolist())
 
 
+def cache_key(src_path: Path, tgt_path: Path, tokenizer, max_subwords: int) -> str:
+    """What an encoded cache depends on: the files (path, size, time), the tokenizer's models, the filter."""
+    files = [(str(p.resolve()), p.stat().st_size, p.stat().st_mtime_ns) for p in (src_path, tgt_path)]
+    protos = [getattr(tokenizer, name) for name in ("proto", "source_proto", "target_proto") if hasattr(tokenizer, name)]
+    tokens = hashlib.sha256(b"".join(protos) or repr(tokenizer).encode()).hexdigest()
+    return hashlib.sha256(json.dumps([files, tokens, max_subwords]).encode()).hexdigest()
+
+
 def _sidecar(path: Path) -> Path:
     return path.with_name(path.name + ".json")
 

@@ -20,6 +20,7 @@ from torch import Tensor, nn
 
 from ..model import DotProductAttention, OutputProjection, Transformer
 from .attention import OneQueryAttention
+from .backend import use_onednn
 from .projection import BufferedProjection
 
 
@@ -34,25 +35,34 @@ def column_major(t: Tensor) -> Tensor:
 
 
 @torch.no_grad()
-def for_decoding(model: Transformer) -> Transformer:
-    """The model, in place, made ready for decoding: eval mode, and on a CPU matrices column-major,
-    decoding's projection and self-attention modules in place, and an all-zero logits bias (Marian
+def for_decoding(model: Transformer, gemm: str = "mkl") -> Transformer:
+    """The model, in place, made ready for decoding: eval mode, and on a CPU decoding's own modules in
+    place (one-query self-attention; the projection into a buffer), an all-zero logits bias (Marian
     checkpoints carry one) dropped, which adds nothing but a pass over the (N, V) logits at every
-    step. The model must not be trained afterwards (its tensors change).
+    step, and the matrices laid out for the GEMM backend (`backend.py`): column-major for "mkl",
+    as stored with oneDNN's modules for "onednn". The model must not be trained afterwards.
     """
     model.eval()
     if next(model.parameters()).device.type != "cpu":
         return model
+    layout = column_major if gemm == "mkl" else row_major
     for module in model.modules():  # a tied embedding is one module, converted once
         for name, param in list(module.named_parameters(recurse=False)):
-            if param.dim() == 2 and not is_column_major(param):
-                setattr(module, name, nn.Parameter(column_major(param), requires_grad=False))
+            if param.dim() == 2 and layout(param) is not param:
+                setattr(module, name, nn.Parameter(layout(param), requires_grad=False))
     if model.logits_bias is not None and not model.logits_bias.any():
         model.logits_bias = None
-    if type(model.output_proj) is OutputProjection:  # not already replaced (int8, or a second call)
+    if gemm == "onednn":
+        use_onednn(model)
+    elif type(model.output_proj) is OutputProjection:  # not already replaced (int8, or a second call)
         model.output_proj = BufferedProjection(model.output_proj)
     for layer in model.decoder.layers:
         attention = layer.self_attn.attention
         if type(attention) is DotProductAttention:
             layer.self_attn.attention = OneQueryAttention(attention.p_drop)
     return model
+
+
+def row_major(t: Tensor) -> Tensor:
+    """The same matrix stored row by row (a copy only if it was column-major)."""
+    return t.contiguous() if t.dim() == 2 and is_column_major(t) and not t.is_contiguous() else t

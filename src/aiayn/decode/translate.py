@@ -75,12 +75,20 @@ class Translator:
         self.config = decode_config
         self.batch_size, self.max_tokens, self.truncate = batch_size, max_tokens, truncate
         self.max_source_len = model.config.max_len
+        self.gemm: str | None = None  # set by load: the products' backend
 
     @classmethod
-    def load(cls, path: str | Path, device: str | torch.device = "cpu", int8: bool = False, **options: Any) -> Translator:
-        """An aiayn model directory, or a Hugging Face Marian one; options override its decoding defaults."""
+    def load(cls, path: str | Path, device: str | torch.device = "cpu", int8: bool = False, gemm: str | None = None,
+             **options: Any) -> Translator:
+        """An aiayn model directory, or a Hugging Face Marian one; options override its decoding defaults.
+
+        gemm: the float32 matrix-product backend on a CPU, "mkl" or "onednn"; None or "auto": the
+        AIAYN_GEMM environment variable, else the faster one measured on this model's shapes (backend.py).
+        """
         from ..io import MappedReads, read_column_major, read_safetensors
         from ..marian import load_any
+        from ..marian.convert import model_config
+        from . import backend
 
         check_device(device)
         if int8:  # weights mapped from the file and quantised a layer at a time: never all float32 at once
@@ -90,14 +98,21 @@ class Translator:
             model, tokenizer, defaults = load_any(path, device, read=maps.read)
             model = quantize_int8(model, release=maps.release)
             maps.detach(model)
-        else:
-            read = read_column_major if torch.device(device).type == "cpu" else read_safetensors
-            model, tokenizer, defaults = load_any(path, device, read=read)
-        for_decoding(model)  # the model is this translator's own: ready it for decoding
+            gemm = "int8"
+        elif torch.device(device).type == "cpu":
+            rows = min(128, (options.get("batch_size") or 32) * (options.get("beam_size") or 4))
+            gemm = backend.choose(model_config(path), rows, gemm)  # before loading: it decides the layout
+            model, tokenizer, defaults = load_any(path, device, read=read_column_major if gemm == "mkl" else read_safetensors)
+        else:  # a GPU: its own libraries
+            model, tokenizer, defaults = load_any(path, device)
+            gemm = None
+        for_decoding(model, gemm if gemm in backend.BACKENDS else "mkl")  # the model is this translator's own
         defaults = defaults or DecodeConfig()
         search = {k: v for k, v in options.items() if k in DecodeConfig.__dataclass_fields__ and v is not None}
         batching = {k: v for k, v in options.items() if k not in search and v is not None}
-        return cls(model, tokenizer, defaults.replace(**search), device, **batching)
+        translator = cls(model, tokenizer, defaults.replace(**search), device, **batching)
+        translator.gemm = gemm  # what the products run on: "mkl", "onednn", "int8", or None off the CPU
+        return translator
 
     def decode_config(self, **options: Any) -> DecodeConfig:
         """This translator's search settings with the given ones (those not None) replaced."""

@@ -16,11 +16,11 @@ from pathlib import Path
 import torch
 
 from .. import io
-from ..config import DecodeConfig
+from ..config import DecodeConfig, ModelConfig
 from ..data.vocab import Vocab
 from ..model import Transformer
 from .export import marian_tokenizer_files, save_marian
-from .load import is_marian_model, load_marian
+from .load import is_marian_model, load_marian, model_config_from_marian, read_marian_config
 from .tokenizer import SOURCE_SPM, TARGET_SPM, VOCAB, MarianTokenizer
 
 FORMATS = ("aiayn", "marian", "ctranslate2")
@@ -56,6 +56,13 @@ def save_tokenizer(tokenizer: Vocab | MarianTokenizer, directory: str | Path) ->
         (directory / io.VOCAB).unlink(missing_ok=True)  # a stale spm.model would be read first
     for name, data in files.items():
         io.write_atomic(directory / name, data)
+
+
+def model_config(directory: str | Path) -> ModelConfig:
+    """The ModelConfig of an aiayn or Marian directory, from its config.json alone (no weights read)."""
+    if detect_format(directory) == "marian":
+        return model_config_from_marian(read_marian_config(directory), unk_id=1)  # sizes only: any id will do
+    return ModelConfig.from_dict(io.read_config(directory)["model"])
 
 
 def load_any(

@@ -13,6 +13,7 @@ OUT/recipe.resolved.yaml when OUT/recipe.yaml is the recipe the user named.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 from pathlib import Path
@@ -51,6 +52,10 @@ def lock(out: Path) -> IO[str] | None:
         f.close()
         raise RunFolderError(f"{out}: another `aiayn train` (pid {holder}) is using this folder; "
                              f"wait for it to end, or choose another --out") from None
+    except OSError as err:
+        if err.errno not in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS):
+            raise
+        return f  # a file system without locks (some network file systems): run unlocked
     f.seek(0)
     f.truncate()
     f.write(f"{os.getpid()}\n")

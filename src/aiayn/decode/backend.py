@@ -1,0 +1,132 @@
+"""Decoding's matrix products on the faster of the CPU's two float32 backends. Not in the paper: a speed measure.
+
+PyTorch's CPU build runs `F.linear` on MKL's sgemm; oneDNN, which it also ships, is reached
+through `torch.ops.mkldnn._linear_pointwise`. Which is faster depends on the host: on some 2-core
+AMD EPYC machines MKL reaches about half of oneDNN's rate for decoding's few-row products, on
+others it is the faster (docs/translation.md). So `choose` measures both on the model's own shapes
+(a few products, well under a second) when a `Translator` loads, unless a backend is forced by an
+option or by the environment variable AIAYN_GEMM (mkl, onednn), so that a run can be reproduced.
+Under torch.distributed every rank takes rank 0's choice. Both compute x W^T + b in float32: the
+logits agree to rounding (tests/test_backend.py), the translations are the same.
+
+- "mkl": matrices stored column-major (`layout.for_decoding`), so x W^T is MKL's NN product.
+- "onednn": matrices kept as stored (row-major); every linear layer and the pre-softmax projection
+  replaced by modules that call oneDNN with the same tensors (no second copy of any weight).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import torch
+import torch.distributed as dist
+from torch import Tensor, nn
+
+from ..config import ModelConfig
+from ..model import OutputProjection
+
+BACKENDS = ("mkl", "onednn")
+ENV = "AIAYN_GEMM"
+
+
+def onednn_available() -> bool:
+    return torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
+
+
+def onednn_linear(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
+    """x (..., in) W^T (+ b) on oneDNN; W (out, in) as stored."""
+    return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
+
+
+class OneDnnLinear(nn.Module):
+    """nn.Linear's product on oneDNN, with the layer's own weight and bias (inference only)."""
+
+    def __init__(self, linear: nn.Linear):
+        super().__init__()
+        self.weight, self.bias = linear.weight, linear.bias
+        self.in_features, self.out_features = linear.in_features, linear.out_features
+
+    def forward(self, x: Tensor) -> Tensor:
+        return onednn_linear(x, self.weight, self.bias)
+
+
+class OneDnnProjection(nn.Module):
+    """OutputProjection (§3.4) on oneDNN, the logits bias added inside the product."""
+
+    def __init__(self, projection: OutputProjection):
+        super().__init__()
+        self.projection = projection  # keeps its matrix (tied: the embedding's), read at every call
+
+    @property
+    def matrix(self) -> Tensor:
+        return self.projection.matrix
+
+    def forward(self, hidden: Tensor, bias: Tensor | None = None) -> Tensor:
+        return onednn_linear(hidden, self.projection.matrix, bias)
+
+
+def forced(option: str | None = None) -> str | None:
+    """The backend asked for by the option, else by AIAYN_GEMM; None = measure. An unknown name is an error."""
+    name = option if option not in (None, "auto") else os.environ.get(ENV) or None
+    if name in (None, "auto"):
+        return None
+    if name not in BACKENDS:
+        where = "the gemm option" if option not in (None, "auto") else f"{ENV}"
+        raise ValueError(f"{where}: unknown GEMM backend {name!r}; choose auto, {', '.join(BACKENDS)}")
+    if name == "onednn" and not onednn_available():
+        raise ValueError("GEMM backend onednn: this PyTorch build has no oneDNN")
+    return name
+
+
+def measure(config: ModelConfig, rows: int, repeats: int = 3) -> dict[str, float]:
+    """Seconds per decoding step's share of products on each backend: one FFN and a slice of the projection.
+
+    Random matrices of the model's widths stand in for its weights (rates depend on shapes, not on
+    values): (rows, d_model) times W_1 (d_ff, d_model) and times up to 16,384 rows of the vocabulary.
+    """
+    generator = torch.Generator().manual_seed(0)
+    D, F, V = config.d_model, config.decoder.d_ff, min(config.target_vocab_size, 16384)
+    x = torch.randn(rows, D, generator=generator)
+    weights = [torch.randn(F, D, generator=generator), torch.randn(V, D, generator=generator)]
+    columns = [w.t().contiguous().t() for w in weights]  # MKL's layout (layout.column_major)
+    runs = {"mkl": lambda: [x @ w.t() for w in columns]}
+    if onednn_available():
+        runs["onednn"] = lambda: [onednn_linear(x, w, None) for w in weights]
+    seconds = {}
+    with torch.inference_mode():
+        for name, run in runs.items():
+            run()  # warm-up: first-call set-up is not the rate
+            best = float("inf")
+            for _ in range(repeats):
+                began = time.perf_counter()
+                run()
+                best = min(best, time.perf_counter() - began)
+            seconds[name] = best
+    return seconds
+
+
+def choose(config: ModelConfig, rows: int, option: str | None = None) -> str:
+    """The backend for decoding this model on this CPU: forced (option, AIAYN_GEMM) or the faster measured.
+
+    Every rank of a torch.distributed job gets rank 0's answer, so that one job decodes one way.
+    """
+    name = forced(option)
+    if name is None:
+        seconds = measure(config, rows)
+        name = min(seconds, key=seconds.get)
+    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        shared = [name]
+        dist.broadcast_object_list(shared, src=0)
+        name = shared[0]
+    return name
+
+
+def use_onednn(model: nn.Module) -> None:
+    """Every nn.Linear of the encoder and decoder, and the pre-softmax projection, on oneDNN (in place)."""
+    for module in list(model.modules()):
+        for child_name, child in list(module.named_children()):
+            if type(child) is nn.Linear:
+                setattr(module, child_name, OneDnnLinear(child))
+    if type(model.output_proj) is OutputProjection:
+        model.output_proj = OneDnnProjection(model.output_proj)

@@ -1,0 +1,232 @@
+// The page: translate, the attention of every layer and head, the beam-search tree with forcing.
+"use strict";
+
+const state = {model: null, explained: null, source: "", forced: null};
+
+function $(id) { return document.getElementById(id); }
+
+function setStatus(text, error = false) {
+  const status = $("status");
+  status.textContent = text;
+  status.classList.toggle("error", error);
+}
+
+async function loadModel() {
+  const m = await api("/api/model");
+  state.model = m;
+  const langs = m.source_lang && m.target_lang ? `${m.source_lang} → ${m.target_lang}` : "languages not recorded";
+  $("model-info").textContent = `${m.name}: ${langs}; ${m.encoder.layers} + ${m.decoder.layers} layers, ` +
+    `d_model ${m.config.d_model}, ${m.encoder.heads} heads, ${m.parameters.toLocaleString("en")} parameters, ` +
+    `vocabulary ${m.vocab_size.toLocaleString("en")}`;
+  $("beam-size").value = m.decode.beam_size;
+  $("alpha").value = m.decode.alpha;
+  $("n-best").value = Math.min(3, m.decode.beam_size);
+  return m;
+}
+
+async function translate() {
+  const lines = $("source").value.split("\n");
+  const beam = Number($("beam-size").value), nBest = Number($("n-best").value);
+  setStatus("translating…");
+  try {
+    const reply = await api("/api/translate", {lines, beam_size: beam, n_best: nBest, alpha: Number($("alpha").value)});
+    $("translation").textContent = reply.translations.join("\n");
+    const list = $("n-best-list");
+    list.replaceChildren();
+    const hyps = reply.n_best ? reply.n_best[firstLine(lines)] : [];
+    for (const h of hyps) el("li", {}, list, `${h.text}  (${h.score.toFixed(3)})`);
+    setStatus("");
+    state.source = lines[firstLine(lines)];
+    state.forced = null;
+    await explain();
+  } catch (err) {
+    setStatus(err.message, true);
+  }
+}
+
+function firstLine(lines) {
+  const i = lines.findIndex((l) => l.trim());
+  return i < 0 ? 0 : i;
+}
+
+async function explain() {
+  if (!state.source.trim()) return;
+  const body = {source: state.source, beam_size: Number($("beam-size").value), alpha: Number($("alpha").value)};
+  if (state.forced) body.target_ids = state.forced;
+  try {
+    state.explained = await api("/api/explain", body);
+  } catch (err) {
+    setStatus(err.message, true);
+    return;
+  }
+  fillLayerHeadSelects();
+  drawAttention();
+  drawTree();
+  drawForced();
+}
+
+// --- attention -----------------------------------------------------------------------------------
+
+function attentionTokens(kind) {
+  const e = state.explained;
+  if (kind === "encoder") return [e.source_tokens, e.source_tokens];
+  if (kind === "decoder") return [e.target_tokens, e.target_in_tokens];
+  return [e.target_tokens, e.source_tokens];
+}
+
+function fillLayerHeadSelects() {
+  const kind = $("attention-kind").value;
+  const layers = state.explained.attention[kind];
+  for (const [id, n] of [["attention-layer", layers.length], ["attention-head", layers[0].length]]) {
+    const select = $(id), keep = Math.min(Number(select.value) || 0, n - 1);
+    select.replaceChildren();
+    for (let i = 0; i < n; i++) el("option", {value: i}, select, String(i + 1));
+    select.value = keep;
+  }
+}
+
+function drawAttention() {
+  if (!state.explained) return;
+  const kind = $("attention-kind").value, box = $("attention");
+  box.replaceChildren();
+  box.dataset.kind = kind;
+  if ($("attention-view").value === "grid") drawGrid(box, kind);
+  else drawHead(box, kind, Number($("attention-layer").value), Number($("attention-head").value));
+}
+
+// BertViz's head view: queries on the left, keys on the right, a line of opacity w for each weight.
+function drawHead(box, kind, layer, head) {
+  const weights = state.explained.attention[kind][layer][head];
+  const [queries, keys] = attentionTokens(kind);
+  const row = 20, width = 420, left = 140, right = width - 140;
+  const svg = svgEl("svg", {width, height: row * Math.max(queries.length, keys.length) + 10,
+    "data-testid": "attention-head-view", "data-layer": layer, "data-head": head}, box);
+  const lines = svgEl("g", {class: "links"}, svg);
+  weights.forEach((rowWeights, q) => rowWeights.forEach((w, k) => {
+    if (w < 0.01) return;
+    svgEl("line", {x1: left + 4, y1: q * row + 14, x2: right - 4, y2: k * row + 14, "stroke-opacity": w,
+      "stroke-width": 1 + 3 * w, "data-q": q, "data-k": k, "data-w": w, class: "link"}, lines);
+  }));
+  const label = (text, x, y, anchor, side, i) => {
+    const t = svgEl("text", {x, y, "text-anchor": anchor, class: "token", "data-side": side, "data-index": i}, svg,
+      showPiece(text));
+    t.addEventListener("mouseenter", () => highlight(svg, side, i));
+    t.addEventListener("mouseleave", () => highlight(svg, null, null));
+  };
+  queries.forEach((t, i) => label(t, left - 8, i * row + 18, "end", "q", i));
+  keys.forEach((t, i) => label(t, right + 8, i * row + 18, "start", "k", i));
+}
+
+function highlight(svg, side, index) {
+  for (const line of svg.querySelectorAll("line.link")) {
+    const on = side === null || line.dataset[side] === String(index);
+    line.classList.toggle("dim", !on);
+    line.classList.toggle("lit", side !== null && on);
+  }
+  for (const t of svg.querySelectorAll("text.token")) {
+    t.classList.toggle("lit", side !== null && t.dataset.side === side && t.dataset.index === String(index));
+  }
+}
+
+// BertViz's model view: one small heat map per layer (rows) and head (columns); click to open one.
+function drawGrid(box, kind) {
+  const layers = state.explained.attention[kind];
+  const grid = el("div", {class: "grid", "data-testid": "attention-grid"}, box);
+  grid.style.gridTemplateColumns = `repeat(${layers[0].length}, auto)`;
+  layers.forEach((heads, layer) => heads.forEach((weights, head) => {
+    const cell = el("canvas", {class: "cell", "data-testid": "attention-cell", "data-layer": layer, "data-head": head,
+      title: `layer ${layer + 1}, head ${head + 1}`}, grid);
+    const size = 4, rows = weights.length, cols = weights[0].length;
+    cell.width = cols * size;
+    cell.height = rows * size;
+    const ctx = cell.getContext("2d");
+    weights.forEach((r, q) => r.forEach((w, k) => {
+      ctx.fillStyle = weightColour(w);
+      ctx.fillRect(k * size, q * size, size, size);
+    }));
+    cell.addEventListener("click", () => {
+      $("attention-layer").value = layer;
+      $("attention-head").value = head;
+      $("attention-view").value = "head";
+      drawAttention();
+    });
+  }));
+}
+
+// --- the beam-search tree ------------------------------------------------------------------------
+
+function drawTree() {
+  const tree = state.explained.tree, box = $("beam-tree");
+  box.replaceChildren();
+  const nodes = tree.nodes, pos = new Map([[0, {x: 10, y: 20}]]);
+  const colWidth = 96, rowHeight = 32;
+  tree.steps.forEach((ids, s) => ids.forEach((id, r) => pos.set(id, {x: 10 + (s + 1) * colWidth, y: 20 + r * rowHeight})));
+  const height = 30 + rowHeight * Math.max(1, ...tree.steps.map((ids) => ids.length));
+  const svg = svgEl("svg", {width: 40 + colWidth * (tree.steps.length + 1), height}, box);
+  const best = bestPath(nodes);
+  for (const node of nodes.slice(1)) {
+    const a = pos.get(node.parent), b = pos.get(node.id);
+    svgEl("line", {x1: a.x + 62, y1: a.y + 2, x2: b.x - 2, y2: b.y + 2, class: best.has(node.id) ? "edge best" : "edge"}, svg);
+  }
+  for (const node of nodes) {
+    const p = pos.get(node.id);
+    const g = svgEl("g", {class: nodeClass(node, best), "data-testid": "tree-node", "data-node": node.id,
+      "data-token": node.token, "data-best": best.has(node.id)}, svg);
+    svgEl("rect", {x: p.x - 2, y: p.y - 12, width: 64, height: 28, rx: 3}, g);
+    svgEl("text", {x: p.x + 2, y: p.y + 1}, g, node.parent === null ? "<s>" : showPiece(node.piece).slice(0, 9));
+    const score = node.finished ? `= ${node.score.toFixed(2)}` : node.log_prob.toFixed(2);
+    svgEl("text", {x: p.x + 2, y: p.y + 12, class: "score"}, g, node.parent === null ? "" : score);
+    svgEl("title", {}, g, `${node.piece}  log P = ${node.log_prob.toFixed(3)}` +
+      (node.finished ? `  score ${node.score.toFixed(3)} (finished)` : "") + (node.forced ? "  (forced)" : ""));
+    if (node.parent !== null) g.addEventListener("click", () => force(pathTo(nodes, node.id)));
+  }
+}
+
+function nodeClass(node, best) {
+  return ["node", best.has(node.id) ? "best" : "", node.finished ? "finished" : "", node.forced ? "forced" : ""].join(" ");
+}
+
+// The ids of the best finished node and its ancestors.
+function bestPath(nodes) {
+  let bestId = null;
+  for (const n of nodes) if (n.finished && (bestId === null || n.score > nodes[bestId].score)) bestId = n.id;
+  const ids = new Set();
+  for (let id = bestId; id !== null && id !== undefined; id = nodes[id].parent) ids.add(id);
+  return ids;
+}
+
+function pathTo(nodes, id) {
+  const tokens = [];
+  for (; nodes[id].parent !== null; id = nodes[id].parent) tokens.push(nodes[id].token);
+  return tokens.reverse();
+}
+
+async function force(tokens) {
+  state.forced = tokens;
+  await explain();
+}
+
+function drawForced() {
+  const box = $("forced"), e = state.explained;
+  box.replaceChildren();
+  $("forced-info").textContent = e.forced ? `${e.forced} forced token(s); translation: ${e.translation}` :
+    `free search; translation: ${e.translation}`;
+  for (const node of e.tree.nodes.filter((n) => n.forced)) {
+    const item = el("div", {class: "forced-token", "data-testid": "forced-token"}, box);
+    el("b", {}, item, `${showPiece(node.piece)} ${(100 * node.token_prob).toFixed(1)}%`);
+    for (const alt of node.alternatives) {
+      const b = el("button", {class: "alt"}, item, `${showPiece(alt.piece)} ${(100 * alt.prob).toFixed(1)}%`);
+      b.addEventListener("click", () => force([...pathTo(e.tree.nodes, node.parent), alt.token]));
+    }
+  }
+}
+
+window.addEventListener("DOMContentLoaded", async () => {
+  $("translate").addEventListener("click", translate);
+  $("reset-forced").addEventListener("click", () => force(null));
+  $("attention-kind").addEventListener("change", () => { fillLayerHeadSelects(); drawAttention(); });
+  for (const id of ["attention-view", "attention-layer", "attention-head"]) $(id).addEventListener("change", drawAttention);
+  const model = await loadModel();
+  await startFigures(model);
+  document.body.dataset.ready = "true";
+});

@@ -1,0 +1,134 @@
+"""One model worker: requests wait in a queue; what arrives together is translated together.
+
+The worker takes the first waiting request, waits a short batching window for others to join,
+and runs the translation requests that share their search settings as one call of
+`Translator.translate_n_best` (which sorts the lines into batches of similar length). Every model
+call runs on the worker's one thread, so the model never runs twice at once. With batching off, each
+request is run alone, in arrival order. A full queue refuses the request (the app answers 503).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from .limits import ApiError
+
+
+@dataclass
+class Job:
+    """A unit of model work: translation lines with their settings, or any call (explain) run alone."""
+
+    lines: list[str] | None = None
+    settings: tuple = ()  # (beam_size, alpha, n_best): jobs with equal settings share a batch
+    call: Callable[[], Any] | None = None
+    future: asyncio.Future = field(default=None)
+
+
+class ModelWorker:
+    def __init__(self, translator: Any, batching: bool = True, window_s: float = 0.005, max_queue: int = 256,
+                 max_batch_lines: int = 256):
+        self.translator = translator
+        self.batching, self.window_s = batching, window_s
+        self.max_queue, self.max_batch_lines = max_queue, max_batch_lines
+        self.counters = {"requests": 0, "model_batches": 0, "sentences": 0, "refused_overloaded": 0,
+                         "refused_bad_input": 0, "failed": 0}
+        self.queue: asyncio.Queue[Job] | None = None
+        self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="aiayn-model")
+        self.task: asyncio.Task | None = None
+
+    async def start(self) -> None:
+        self.queue = asyncio.Queue(maxsize=self.max_queue)
+        self.task = asyncio.get_running_loop().create_task(self.run())
+
+    async def stop(self) -> None:
+        if self.task is not None:
+            self.task.cancel()
+        self.executor.shutdown(wait=True)
+
+    async def translate(self, lines: list[str], beam_size: int | None, alpha: float | None, n_best: int) -> list:
+        """The n_best Translations of each line (Translator.translate_n_best), once the worker gets to them."""
+        return await self._submit(Job(lines=lines, settings=(beam_size, alpha, n_best)))
+
+    async def run_alone(self, call: Callable[[], Any]) -> Any:
+        """call() on the model thread, in turn with the translations."""
+        return await self._submit(Job(call=call))
+
+    async def _submit(self, job: Job) -> Any:
+        job.future = asyncio.get_running_loop().create_future()
+        try:
+            self.queue.put_nowait(job)
+        except asyncio.QueueFull:
+            self.counters["refused_overloaded"] += 1
+            raise ApiError(503, None, f"the server is busy: {self.max_queue} requests are waiting; try again shortly",
+                           {"Retry-After": "1"}) from None
+        return await job.future
+
+    async def run(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            jobs = [await self.queue.get()]
+            if self.batching and jobs[0].call is None:
+                jobs += await self._gather(jobs[0])
+            try:
+                if jobs[0].call is not None:
+                    result = await loop.run_in_executor(self.executor, jobs[0].call)
+                    results = [result]
+                else:
+                    results = await loop.run_in_executor(self.executor, self._translate, jobs)
+                self.counters["model_batches"] += 1
+                for job, result in zip(jobs, results):
+                    if not job.future.done():  # a client that went away has a cancelled future
+                        job.future.set_result(result)
+            except Exception as err:  # one bad batch fails its requests, never the worker
+                if not isinstance(err, ApiError):
+                    self.counters["failed"] += len(jobs)
+                for job in jobs:
+                    if not job.future.done():
+                        job.future.set_exception(err)
+
+    async def _gather(self, first: Job) -> list[Job]:
+        """Jobs with first's settings that arrive within the batching window, up to max_batch_lines lines."""
+        joined, lines, deadline = [], len(first.lines), time.monotonic() + self.window_s
+        held: list[Job] = []  # other settings or explain calls: back to the queue's front, in order
+        while lines < self.max_batch_lines:
+            if self.queue.empty():
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                await asyncio.sleep(min(remaining, 0.001))
+                continue
+            job = self.queue.get_nowait()
+            if job.call is None and job.settings == first.settings and lines + len(job.lines) <= self.max_batch_lines:
+                joined.append(job)
+                lines += len(job.lines)
+            else:
+                held.append(job)
+                if len(held) > self.max_queue:
+                    break
+        self._put_back(held)
+        return joined
+
+    def _put_back(self, held: list[Job]) -> None:
+        """Return jobs taken out of turn to the front of the queue, in their order."""
+        rest = []
+        while not self.queue.empty():
+            rest.append(self.queue.get_nowait())
+        for job in held + rest:
+            self.queue.put_nowait(job)
+
+    def _translate(self, jobs: list[Job]) -> list[list]:
+        """On the model thread: all the jobs' lines in one call, split back per job."""
+        beam_size, alpha, n_best = jobs[0].settings
+        lines = [line for job in jobs for line in job.lines]
+        out = self.translator.translate_n_best(lines, beam_size=beam_size, alpha=alpha, n_best=n_best)
+        self.counters["sentences"] += len(lines)
+        results, start = [], 0
+        for job in jobs:
+            results.append(out[start : start + len(job.lines)])
+            start += len(job.lines)
+        return results

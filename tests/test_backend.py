@@ -1,0 +1,61 @@
+"""The GEMM backend of decoding (issue 18): forced each way, the same translations and logits within 1e-4."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from aiayn import ModelConfig, Transformer
+from aiayn.data.corpus import read_lines
+from aiayn.decode import backend
+from aiayn.decode.translate import Translator
+from aiayn.io import save_model
+
+DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k"
+pytestmark = pytest.mark.skipif(not backend.onednn_available(), reason="this PyTorch build has no oneDNN")
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    from aiayn.data.vocab import Vocab
+
+    lines = read_lines(DATA / "val.en.gz")[:400] + read_lines(DATA / "val.de.gz")[:400]
+    vocab = Vocab.train(lines, 300)
+    torch.manual_seed(0)
+    model = Transformer(ModelConfig.preset("tiny", vocab_size=len(vocab), max_len=96, final_logits_bias=True))
+    with torch.no_grad():
+        model.logits_bias[model.config.eos_id] = 1.5  # some outputs end early
+    return save_model(model, tmp_path_factory.mktemp("model"), vocab.proto)
+
+
+def test_each_backend_forced_gives_the_same_translations_and_logits(model_dir, monkeypatch):
+    sentences = read_lines(DATA / "test_2016_flickr.en.gz")[:40]
+    translators = {name: Translator.load(model_dir, gemm=name) for name in backend.BACKENDS}
+    assert {name: t.gemm for name, t in translators.items()} == {"mkl": "mkl", "onednn": "onednn"}
+    assert type(translators["onednn"].model.output_proj) is backend.OneDnnProjection
+    assert type(translators["onednn"].model.encoder.layers[0].ffn.fc1) is backend.OneDnnLinear
+    for beam in (1, 4):
+        texts = {name: t.translate(sentences, beam_size=beam) for name, t in translators.items()}
+        assert texts["mkl"] == texts["onednn"]
+    src = torch.randint(4, 200, (5, 9))
+    tgt = torch.randint(4, 200, (5, 7))
+    with torch.inference_mode():
+        logits = {name: t.model(src, tgt) for name, t in translators.items()}
+    assert (logits["mkl"] - logits["onednn"]).abs().max() < 1e-4
+    monkeypatch.setenv(backend.ENV, "onednn")  # the environment forces it too
+    assert Translator.load(model_dir).gemm == "onednn"
+    monkeypatch.setenv(backend.ENV, "fast")
+    with pytest.raises(ValueError, match="AIAYN_GEMM: unknown GEMM backend 'fast'"):
+        Translator.load(model_dir)
+
+
+def test_auto_measures_both_and_takes_the_faster(model_dir, monkeypatch):
+    seconds = backend.measure(ModelConfig.preset("tiny", vocab_size=300), rows=8, repeats=1)
+    assert set(seconds) == {"mkl", "onednn"} and all(s > 0 for s in seconds.values())
+    monkeypatch.delenv(backend.ENV, raising=False)
+    monkeypatch.setattr(backend, "measure", lambda config, rows, repeats=3: {"mkl": 2.0, "onednn": 1.0})
+    assert Translator.load(model_dir).gemm == "onednn"
+    monkeypatch.setattr(backend, "measure", lambda config, rows, repeats=3: {"mkl": 1.0, "onednn": 2.0})
+    assert Translator.load(model_dir).gemm == "mkl"

@@ -1,0 +1,246 @@
+"""aiayn serve's JSON API against the Translator and the model: translations, attention, the beam tree,
+forced prefixes, every bad input, the queue limit, and batching of concurrent requests."""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+import torch
+
+from aiayn.cli import main
+from aiayn.config import DecodeConfig
+from aiayn.decode.beam import beam_search
+from aiayn.decode.translate import Translator
+from aiayn.io import load_model
+from aiayn.lab import cost, softmax
+from aiayn.serve.limits import Limits
+from serve_helpers import RUN_RESULTS, make_run, request, serving
+from test_translate import data_dir  # noqa: F401  (a fixture)
+
+LINES = ["A man is riding a bike.", "", "Two dogs play in the snow.", "A woman in a red dress sings on a stage."]
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory, data_dir):
+    return make_run(tmp_path_factory.mktemp("serve"), data_dir)
+
+
+@pytest.fixture(scope="module")
+def url(model_dir):
+    with serving(model_dir, Limits(max_lines=8, max_chars=400, max_body_bytes=4096, max_beam=6)) as base:
+        yield base
+
+
+@pytest.fixture(scope="module")
+def translator(model_dir):
+    return Translator.load(model_dir)
+
+
+def test_translate_equals_the_translator(url, translator):
+    for beam in (1, 4):
+        status, _, reply = request(f"{url}/api/translate", {"lines": LINES, "beam_size": beam})
+        assert status == 200 and "n_best" not in reply
+        assert reply["translations"] == translator.translate(LINES, beam_size=beam)
+    status, _, reply = request(f"{url}/api/translate", {"lines": LINES, "n_best": 3, "alpha": 1.0})
+    expected = translator.translate_n_best(LINES, n_best=3, alpha=1.0)
+    assert [[h["text"] for h in hyps] for hyps in reply["n_best"]] == [[t.text for t in hyps] for hyps in expected]
+    scores = [h["score"] for hyps in reply["n_best"] for h in hyps]
+    assert scores == pytest.approx([t.score for hyps in expected for t in hyps], abs=1e-5)
+    assert reply["scores"] == pytest.approx([h[0].score if h else 0.0 for h in expected], abs=1e-5)
+
+
+def test_explain_attention_and_tree(url, model_dir, translator):
+    source = LINES[0]
+    status, _, e = request(f"{url}/api/explain", {"source": source})
+    assert status == 200 and e["forced"] == 0
+    config = translator.model.config
+    S, T = len(e["source_tokens"]), len(e["target_tokens"])
+    assert e["source_ids"] == translator.encode([source])[0] and len(e["target_in_tokens"]) == T
+    for kind, layers, shape in (("encoder", config.n_layers, (S, S)), ("decoder", config.decoder_layers, (T, T)),
+                                ("cross", config.decoder_layers, (T, S))):
+        weights = torch.tensor(e["attention"][kind], dtype=torch.float64)  # (layers, h, T_q, T_k)
+        assert weights.shape == (layers, config.n_heads, *shape)
+        assert torch.allclose(weights.sum(-1), torch.ones((), dtype=torch.float64), atol=1e-4)
+    model = load_model(model_dir).eval()  # its own copy, not the server's
+    src = torch.tensor([e["source_ids"]])
+    tgt_in = torch.tensor([[config.bos_id] + e["target_ids"][:-1]])
+    with torch.no_grad():
+        cross = torch.stack(model(src, tgt_in, return_attention=True).attention.cross)[:, 0]
+    assert torch.allclose(torch.tensor(e["attention"]["cross"]).float(), cross, atol=1e-5)
+    # The tree's best finished path is beam search's best hypothesis, and the translation.
+    best = beam_search(model, src, DecodeConfig(beam_size=4))[0][0]
+    assert e["target_ids"] == best.tokens and e["score"] == pytest.approx(best.score, abs=1e-5)
+    assert e["translation"] == translator.translate([source])[0]
+    nodes = e["tree"]["nodes"]
+    finished = [n for n in nodes if n["finished"]]
+    top = max(finished, key=lambda n: n["score"])
+    path, node = [], top
+    while node["parent"] is not None:
+        path.append(node["token"])
+        node = nodes[node["parent"]]
+    assert path[::-1] == e["target_ids"]
+    assert all(len(ids) <= 2 * 4 for ids in e["tree"]["steps"])  # the K kept and at most K finishing
+    for n in nodes[1:]:  # each hypothesis extends its parent by one token
+        assert n["step"] == nodes[n["parent"]]["step"] + 1 and n["log_prob"] <= nodes[n["parent"]]["log_prob"] + 1e-6
+
+
+def test_a_forced_prefix_comes_back_forced_and_continued(url, model_dir):
+    source = LINES[2]
+    _, _, free = request(f"{url}/api/explain", {"source": source})
+    first_choices = [n for n in free["tree"]["nodes"] if n["parent"] == 0]
+    prefix = [first_choices[-1]["token"], free["target_ids"][0]]  # a worse first token, then another
+    status, _, e = request(f"{url}/api/explain", {"source": source, "target_ids": prefix})
+    assert status == 200 and e["forced"] == 2 and e["target_ids"][:2] == prefix and len(e["target_ids"]) > 2
+    model = load_model(model_dir).eval()
+    src = torch.tensor([e["source_ids"]])
+    with torch.no_grad():
+        probs = model(src, torch.tensor([[model.config.bos_id] + prefix[:1]])).softmax(-1)[0]  # (2, V)
+    forced = [n for n in e["tree"]["nodes"] if n["forced"]]
+    assert [n["token"] for n in forced] == prefix
+    for i, n in enumerate(forced):
+        assert n["token_prob"] == pytest.approx(float(probs[i, prefix[i]]), abs=1e-5)
+        top = probs[i].topk(len(n["alternatives"]))
+        assert [a["token"] for a in n["alternatives"]] == top.indices.tolist()
+    status, _, e = request(f"{url}/api/explain", {"source": source, "target": "Zwei Hunde"})
+    assert status == 200 and e["translation"].startswith("Zwei Hunde")
+
+
+BAD = [
+    ("translate", None, b"{not json", 400, "body"),
+    ("translate", None, b"\xff\xfe", 400, "body"),
+    ("translate", [1, 2], None, 422, "body"),
+    ("translate", {}, None, 422, "lines"),
+    ("translate", {"lines": "A dog."}, None, 422, "lines"),
+    ("translate", {"lines": []}, None, 422, "lines"),
+    ("translate", {"lines": ["a"] * 9}, None, 422, "lines"),
+    ("translate", {"lines": ["a", 3]}, None, 422, "lines[1]"),
+    ("translate", {"lines": ["a" * 401]}, None, 422, "lines[0]"),
+    ("translate", {"lines": ["x " * 150]}, None, 422, "lines[0]"),  # more tokens than the model's 96
+    ("translate", {"lines": ["a"], "beam_size": 0}, None, 422, "beam_size"),
+    ("translate", {"lines": ["a"], "beam_size": 7}, None, 422, "beam_size"),
+    ("translate", {"lines": ["a"], "beam_size": "4"}, None, 422, "beam_size"),
+    ("translate", {"lines": ["a"], "beam_size": True}, None, 422, "beam_size"),
+    ("translate", {"lines": ["a"], "beam_size": 2, "n_best": 3}, None, 422, "n_best"),
+    ("translate", {"lines": ["a"], "alpha": -1}, None, 422, "alpha"),
+    ("translate", {"lines": ["a"], "file": "/etc/passwd"}, None, 422, "file"),
+    ("translate", None, b'{"lines": ["' + b"a" * 5000 + b'"]}', 413, "body"),
+    ("explain", {"source": ""}, None, 422, "source"),
+    ("explain", {"source": 5}, None, 422, "source"),
+    ("explain", {"source": "a", "target_ids": [1, -2]}, None, 422, "target_ids[1]"),
+    ("explain", {"source": "a", "target_ids": "12"}, None, 422, "target_ids"),
+    ("explain", {"source": "a", "target_ids": [5] * 90}, None, 422, "target_ids"),
+    ("explain", {"source": "a", "target_ids": [5, 0]}, None, 422, "target_ids"),  # <pad>, never written
+    ("explain", {"source": "a", "target_ids": [5, 2, 5]}, None, 422, "target_ids"),  # </s> before the end
+    ("explain", {"source": "a", "target": "b", "target_ids": [5]}, None, 422, "target_ids"),
+]
+
+
+@pytest.mark.parametrize("endpoint, body, raw, status, field", BAD)
+def test_bad_input_gets_its_status_and_field_and_the_next_request_succeeds(url, endpoint, body, raw, status, field):
+    got, _, reply = request(f"{url}/api/{endpoint}", body, raw=raw)
+    assert (got, reply["field"]) == (status, field), reply
+    assert "Traceback" not in reply["error"] and (field == "body" or field in reply["error"])
+    assert request(f"{url}/api/translate", {"lines": ["A dog."]})[0] == 200
+
+
+def test_wrong_routes_and_methods_are_json_errors(url):
+    assert request(f"{url}/api/nothing")[0::2] == (404, {"error": "GET /api/nothing: Not Found", "field": None})
+    assert request(f"{url}/api/translate")[0] == 405
+    assert request(f"{url}/static/..%2fapp.py")[0] == 404  # nothing outside the page's own files
+    status, headers, _ = request(f"{url}/api/health")
+    assert headers["content-security-policy"] == "default-src 'self'"  # the page loads nothing from elsewhere
+
+
+def test_32_concurrent_requests_are_batched_and_give_the_sequential_outputs(url):
+    lines = [f"{w} dogs run in the park number {i}." for i, w in enumerate(["Two", "Three", "Many", "Small"] * 8)]
+    sequential = [request(f"{url}/api/translate", {"lines": [line]})[2]["translations"] for line in lines]
+    before = request(f"{url}/api/health")[2]
+    with ThreadPoolExecutor(32) as pool:
+        replies = list(pool.map(lambda line: request(f"{url}/api/translate", {"lines": [line]}), lines))
+    after = request(f"{url}/api/health")[2]
+    assert all(status == 200 for status, _, _ in replies)
+    assert [reply["translations"] for _, _, reply in replies] == sequential
+    assert after["requests"] - before["requests"] == 33
+    assert 1 <= after["model_batches"] - before["model_batches"] < 32
+    assert after["sentences"] - before["sentences"] == 32
+
+
+def test_without_batching_each_request_is_its_own_model_batch(model_dir, translator):
+    with serving(model_dir, batching=False, translator=translator) as base:
+        with ThreadPoolExecutor(8) as pool:
+            replies = list(pool.map(lambda i: request(f"{base}/api/translate", {"lines": [LINES[i % 4]]}), range(8)))
+        assert all(r[0] == 200 for r in replies)
+        health = request(f"{base}/api/health")[2]
+        assert health["batching"] is False and health["model_batches"] == 8
+
+
+class BlockingTranslator:
+    """The translator, whose translations wait until released: a worker that is busy."""
+
+    def __init__(self, translator: Translator):
+        self.inner, self.entered, self.release = translator, threading.Event(), threading.Event()
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def translate_n_best(self, *args, **kwargs):
+        self.entered.set()
+        assert self.release.wait(30)
+        return self.inner.translate_n_best(*args, **kwargs)
+
+
+def test_a_full_queue_answers_503_with_retry_after(model_dir, translator):
+    blocking = BlockingTranslator(translator)
+    with serving(model_dir, Limits(max_queue=1, batch_window_ms=0), translator=blocking) as base, ThreadPoolExecutor(2) as pool:
+        first = pool.submit(request, f"{base}/api/translate", {"lines": ["A dog."]})
+        assert blocking.entered.wait(30)  # the worker holds the first request
+        second = pool.submit(request, f"{base}/api/translate", {"lines": ["A cat."]})
+        deadline = time.monotonic() + 30
+        while request(f"{base}/api/health")[2]["queued"] < 1:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        status, headers, reply = request(f"{base}/api/translate", {"lines": ["A bird."]})
+        assert status == 503 and headers["retry-after"] == "1" and "busy" in reply["error"]
+        blocking.release.set()
+        assert first.result()[0] == 200 and second.result()[0] == 200
+        assert request(f"{base}/api/translate", {"lines": ["A bird."]})[0] == 200
+
+
+def test_model_and_figures(url):
+    status, _, m = request(f"{url}/api/model")
+    assert status == 200 and (m["source_lang"], m["target_lang"]) == ("en", "de")
+    assert m["vocab_size"] == 200 and m["encoder"] == {"layers": 2, "heads": 4, "d_k": 16, "d_v": 16, "d_ff": 256} and m["parameters"] > 0
+    _, _, f = request(f"{url}/api/figures/softmax?d_k=100&raw_scale=1.5&scaled=false")
+    assert f["scores"] == pytest.approx([15.0, 7.5, 0.0])
+    expected = [math.exp(s) / sum(math.exp(x) for x in f["scores"]) for s in f["scores"]]
+    assert f["weights"] == pytest.approx(expected, rel=1e-9)
+    assert f["jacobian_norm"] == pytest.approx(softmax.jacobian_norm(softmax.softmax(f["scores"])))
+    assert request(f"{url}/api/figures/softmax?d_k=0")[0::2] == (422, {"error": "d_k = 0 is out of range: 1 to 4096",
+                                                                      "field": "d_k"})
+    _, _, pe = request(f"{url}/api/figures/positions?length=20")
+    assert pe["layout"] == "interleaved" and len(pe["values"]) == 20 and len(pe["values"][0]) == 64
+    assert pe["values"][7][11] == pytest.approx(math.cos(7 / 10000 ** (10 / 64)), abs=1e-6)
+    _, _, c = request(f"{url}/api/figures/cost")
+    assert [tuple(r.values()) for r in c["table2"]] == [tuple(r) for r in cost.TABLE2]
+    assert c["runs"] == [{"run": "tiny", "bleu": RUN_RESULTS["test_bleu"], "flops": RUN_RESULTS["train_flops"],
+                          "test": RUN_RESULTS["test"], "this_model": True}]
+
+
+def test_serve_command_rejects_bad_limits(model_dir, capsys):
+    assert main(["serve", "--model", str(model_dir), "--max-lines", "0"]) == 2
+    assert "--max-lines must be positive" in capsys.readouterr().err
+
+
+def test_an_int8_model_is_served_with_its_parameter_count_and_the_languages_it_records(model_dir, url):
+    int8 = Translator.load(model_dir, int8=True)
+    int8.model.config = int8.model.config.replace(src_lang="fr", tgt_lang="en")  # as training records them
+    with serving(model_dir, translator=int8, langs=(None, None)) as base:
+        m = request(f"{base}/api/model")[2]
+        assert m["parameters"] == request(f"{url}/api/model")[2]["parameters"]
+        assert (m["source_lang"], m["target_lang"]) == ("fr", "en")
+        status, _, e = request(f"{base}/api/explain", {"source": LINES[0], "beam_size": 2})
+        assert status == 200 and len(e["attention"]["cross"]) == 2

@@ -1,0 +1,154 @@
+"""aiayn serve's page in a real headless Chromium (Debian's package, driven by Playwright).
+
+The page loads without a console error; a translation shows the API's; the attention grid has
+layers x heads cells; the PE readout, the softmax widget and the Table 2 chart show the formulas'
+and the paper's numbers. A screenshot is saved as a test artefact (tests/artifacts/serve.png).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from aiayn.lab import cost
+from serve_helpers import make_run, request, serving
+from test_translate import data_dir  # noqa: F401  (a fixture)
+
+CHROMIUM = os.environ.get("AIAYN_CHROMIUM", "/usr/bin/chromium")
+ARGS = ["--no-sandbox", "--headless", "--disable-gpu", "--disable-background-networking",
+        "--disable-component-update", "--no-first-run"]
+ARTIFACTS = Path(__file__).resolve().parent / "artifacts"
+
+if not shutil.which(CHROMIUM):
+    pytest.skip(f"no Chromium at {CHROMIUM}: install it with `apt-get update && apt-get install -y chromium` "
+                "(as root; .ci/run does this) to run the browser tests", allow_module_level=True)
+sync_api = pytest.importorskip("playwright.sync_api", reason="pip install playwright (no `playwright install`)")
+
+
+@pytest.fixture(scope="module")
+def url(tmp_path_factory, data_dir):
+    with serving(make_run(tmp_path_factory.mktemp("page"), data_dir)) as base:
+        yield base
+
+
+@pytest.fixture(scope="module")
+def page(url):
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        page = browser.new_page(viewport={"width": 1200, "height": 900})
+        page.console_errors = []
+        page.on("console", lambda m: m.type == "error" and page.console_errors.append(m.text))
+        page.on("pageerror", lambda err: page.console_errors.append(str(err)))
+        page.goto(url + "/")
+        page.wait_for_selector("body[data-ready=true]", timeout=30_000)
+        yield page
+        browser.close()
+
+
+def by_id(name: str) -> str:
+    return f"[data-testid={name}]"
+
+
+def test_page_loads_without_console_errors_and_translates(page, url):
+    for name in ("source", "translate", "translation", "attention", "beam-tree", "softmax-dk", "softmax-scale",
+                 "softmax-toggle", "softmax-weights", "pe-heatmap", "pe-readout", "bleu-flops"):
+        assert page.locator(by_id(name)).count() == 1, name
+    line = "A girl is jumping over a fence."
+    page.fill(by_id("source"), line)
+    page.click(by_id("translate"))
+    page.wait_for_selector(f"{by_id('beam-tree')} svg")
+    expected = request(f"{url}/api/translate", {"lines": [line], "beam_size": 4})[2]["translations"][0]
+    assert page.inner_text(by_id("translation")) == expected
+    assert page.console_errors == []
+
+
+def test_attention_grid_has_layers_times_heads_cells_and_a_hover_lights_links(page, url):
+    model = request(f"{url}/api/model")[2]
+    page.select_option(by_id("attention-kind"), "encoder")
+    page.select_option(by_id("attention-view"), "grid")
+    cells = page.locator(f"{by_id('attention')} {by_id('attention-cell')}")
+    assert cells.count() == model["encoder"]["layers"] * model["encoder"]["heads"] == 8
+    page.select_option(by_id("attention-kind"), "cross")
+    assert cells.count() == model["decoder"]["layers"] * model["decoder"]["heads"]
+    cells.nth(5).click()  # layer 2, head 2 in the single view
+    view = page.locator(by_id("attention-head-view"))
+    assert (view.get_attribute("data-layer"), view.get_attribute("data-head")) == ("1", "1")
+    page.hover(f"{by_id('attention-head-view')} text[data-side=q][data-index='0']")
+    lit = page.locator("line.link.lit")
+    assert lit.count() > 0 and set(lit.evaluate_all("ls => ls.map(l => l.dataset.q)")) == {"0"}
+    page.mouse.move(0, 0)
+
+
+def test_clicking_a_tree_token_forces_it(page):
+    node = page.locator(f"{by_id('tree-node')}[data-best=false]").first
+    token = node.get_attribute("data-token")
+    with page.expect_response("**/api/explain"):
+        node.click()
+    page.wait_for_selector(by_id("forced-token"))
+    forced = page.locator(f"{by_id('tree-node')}.forced")
+    assert forced.count() >= 1 and forced.last.get_attribute("data-token") == token
+    assert page.console_errors == []
+
+
+def test_pe_hover_readout_equals_the_formula(page):
+    canvas = page.locator(by_id("pe-heatmap"))
+    canvas.scroll_into_view_if_needed()
+    box = canvas.bounding_box()
+    cw, ch, d = (int(canvas.get_attribute(a)) for a in ("data-cell-width", "data-cell-height", "data-d-model"))
+    for pos, dim in ((3, 10), (17, 1), (42, 63)):
+        page.mouse.move(box["x"] + (dim + 0.5) * cw * box["width"] / (d * cw), box["y"] + (pos + 0.5) * ch)
+        readout = page.inner_text(by_id("pe-readout"))
+        angle = pos / 10000 ** ((dim - dim % 2) / d)
+        value = math.sin(angle) if dim % 2 == 0 else math.cos(angle)
+        assert readout == f"pos {pos}, dim {dim}, value {value:.4f}"
+
+
+def softmax_weights(page, d_k: int, scale: float, scaled: bool) -> list[float]:
+    box = page.locator(by_id("softmax-weights"))
+    for name, value in (("softmax-dk", d_k), ("softmax-scale", scale)):
+        page.locator(by_id(name)).evaluate(
+            "(e, v) => { e.value = v; e.dispatchEvent(new Event('input')); }", str(value))
+    toggle = page.locator(by_id("softmax-toggle"))
+    if toggle.is_checked() != scaled:
+        toggle.click()
+    page.wait_for_function("([d, s, on]) => { const b = document.querySelector('[data-testid=softmax-weights]');"
+                           " return b.dataset.dk == d && b.dataset.scale == s && b.dataset.scaled == String(on); }",
+                           arg=[d_k, scale, scaled])
+    shown = [float(t.rstrip("%")) / 100 for t in page.locator(by_id("softmax-weight")).all_inner_texts()]
+    exact = json.loads(box.get_attribute("data-weights"))
+    assert shown == pytest.approx(exact, abs=5e-5)
+    return exact
+
+
+def test_softmax_widget_follows_the_formula(page):
+    for d_k, scale in ((64, 2.0), (512, 1.0), (4, 0.5)):
+        scores = [scale * m * math.sqrt(d_k) for m in (1.0, 0.5, 0.0)]
+        for scaled in (True, False):
+            z = [s / math.sqrt(d_k) if scaled else s for s in scores]
+            expected = [math.exp(v - max(z)) / sum(math.exp(u - max(z)) for u in z) for v in z]
+            assert softmax_weights(page, d_k, scale, scaled) == pytest.approx(expected, rel=1e-9, abs=1e-300)
+
+
+def test_chart_points_are_table2_and_the_run(page):
+    points = page.locator(f"{by_id('bleu-flops')} {by_id('bleu-point')}").evaluate_all(
+        "cs => cs.map(c => [c.dataset.model, c.dataset.series, Number(c.dataset.flops), Number(c.dataset.bleu)])")
+    expected = [[r.model, "en-de", r.flops_en_de, r.bleu_en_de] for r in cost.TABLE2 if r.flops_en_de and r.bleu_en_de]
+    expected += [[r.model, "en-fr", r.flops_en_fr, r.bleu_en_fr] for r in cost.TABLE2 if r.flops_en_fr and r.bleu_en_fr]
+    table = sorted(p for p in points if p[1] != "run")
+    assert table == sorted(expected) and len(table) == 16
+    assert [p[1:] for p in points if p[1] == "run"] == [["run", 3.2e15, 12.5]]
+
+
+def test_it_heads_and_screenshot(page):
+    rows = page.locator(by_id("head-row"))
+    assert rows.count() == 4  # the tiny model's heads, of layer 1 (the one before the last of 2)
+    assert page.locator(by_id("heads")).get_attribute("data-layer") == "0"
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "serve.png"), full_page=True)
+    assert (ARTIFACTS / "serve.png").stat().st_size > 10_000
+    assert page.console_errors == []
