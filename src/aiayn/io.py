@@ -95,9 +95,10 @@ def _read_header(f, path: Path) -> tuple[int, dict, dict]:
         if not (isinstance(shape, list) and all(type(n) is int and n >= 0 for n in shape)):
             raise ValueError(f"{path}: tensor {name} has shape {shape!r}, not a list of sizes")
         if not (isinstance(offsets, list) and len(offsets) == 2 and all(type(n) is int for n in offsets)
-                and 0 <= offsets[0] <= offsets[1] <= data_size):
-            raise ValueError(f"{path}: tensor {name} has data_offsets {offsets!r}, outside the file's "
-                             f"{data_size:,} bytes of data (truncated?)")
+                and 0 <= offsets[0] <= offsets[1]):
+            raise ValueError(f"{path}: tensor {name} has data_offsets {offsets!r}, not a [begin, end] range")
+        if offsets[1] > data_size:
+            raise ValueError(f"{path}: {name}: the file ends before this tensor does (truncated?)")
         if offsets[1] - offsets[0] != math.prod(shape) * DTYPES[info["dtype"]].itemsize:
             raise ValueError(f"{path}: tensor {name}: data_offsets {offsets} do not hold a {info['dtype']} "
                              f"tensor of shape {shape}")

@@ -60,7 +60,7 @@ class TrainConfig:
     eval_bleu: bool = True  # validation BLEU with each evaluation
     bleu_sentences: int = 500  # validation sentences decoded for BLEU; 0 = all
     save_every: int = 1000  # steps between checkpoints
-    keep_checkpoints: int = 5  # the last K are kept
+    keep_checkpoints: int = 5  # the last K are kept; 0 = all
     average_last: int = 5  # checkpoints averaged into OUT/model at the end (§6.1: 5 base, 20 big)
     beam_size: int = 4  # decoding for BLEU (§6.1)
     alpha: float = 0.6
@@ -95,7 +95,7 @@ RANGES = {
     "lr_factor": (0, None), "beta1": (0, 1), "beta2": (0, 1), "adam_eps": (0, None), "label_smoothing": (0, 1),
     "clip_norm": (0, None), "max_steps": (1, None), "max_minutes": (0, None), "max_epochs": (0, None),
     "seed": (0, None), "threads": (0, None), "log_every": (1, None), "eval_every": (0, None),
-    "bleu_sentences": (0, None), "save_every": (0, None), "keep_checkpoints": (1, None), "average_last": (1, None),
+    "bleu_sentences": (0, None), "save_every": (0, None), "keep_checkpoints": (0, None), "average_last": (1, None),
     "beam_size": (1, None),
 }
 

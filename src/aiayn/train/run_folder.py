@@ -126,7 +126,7 @@ def changes(old: dict[str, Any], recipe: Recipe) -> list[str]:
 def _model_fields(section: dict[str, Any]) -> dict[str, Any]:
     """The ModelConfig a model section names (preset and overrides resolved), as a dict."""
     try:
-        return Recipe(model=dict(section)).model_config(1).to_dict()
+        return Recipe(model=dict(section)).model_config(1 << 16).to_dict()  # any vocabulary size: it is compared as data
     except (TypeError, ValueError):
         return dict(section)
 
