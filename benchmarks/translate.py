@@ -124,7 +124,6 @@ def run_ct2(work: Path, beam: int, batch_size: int, sources: list[list[int]], co
 
 
 def run_aiayn(work: Path, beam: int, batch_size: int, sources: list[list[int]], int8: bool):
-    import torch
 
     from aiayn.config import DecodeConfig
     from aiayn.decode.beam import beam_search

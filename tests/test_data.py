@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import gzip
 import random
+from pathlib import Path
 
 import pytest
 
-from aiayn.data.batching import BatchStream, collate, make_batches
+from aiayn.data.batching import PADDED_LIMIT, BatchStream, collate, make_batches
 from aiayn.data.corpus import encode_pairs, find_file, read_lines, read_parallel
 
 
@@ -58,15 +59,42 @@ def lengths(n: int, seed: int = 0) -> tuple[list[int], list[int]]:
     return [rng.randint(1, 60) for _ in range(n)], [rng.randint(1, 60) for _ in range(n)]
 
 
+MULTI30K = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k"
+
+
+def multi30k_lengths() -> tuple[list[int], list[int]]:
+    """Real lengths: words + </s> of Multi30k's 29,000 training pairs, English and German."""
+    def words(lang: str) -> list[int]:
+        with gzip.open(MULTI30K / f"train.{lang}.gz", "rt", encoding="utf-8") as f:
+            return [len(line.split()) + 1 for line in f]
+
+    return words("en"), words("de")
+
+
+def padded(lens: list[int], batch: list[int]) -> int:
+    return len(batch) * max(lens[i] for i in batch)
+
+
 @pytest.mark.parametrize("budget", [60, 257, 4096])
 def test_batches_respect_the_budget_and_cover_every_pair_once(budget):
     src_lens, tgt_lens = lengths(3000)
     for epoch in (1, 2):
         batches = make_batches(src_lens, tgt_lens, budget, seed=7, epoch=epoch)
-        for batch in batches:
-            longest = max(max(src_lens[i], tgt_lens[i]) for i in batch)
-            assert len(batch) * longest <= budget
+        for batch in batches:  # §5.1: real (non-padding) tokens per side; padding bounded too
+            assert sum(src_lens[i] for i in batch) <= budget and sum(tgt_lens[i] for i in batch) <= budget
+            assert max(padded(src_lens, batch), padded(tgt_lens, batch)) <= PADDED_LIMIT * budget
         assert sorted(i for b in batches for i in b) == list(range(3000))
+
+
+@pytest.mark.parametrize("budget", [600, 3600, 25000])
+def test_real_batches_are_full_and_little_padded(budget):
+    src_lens, tgt_lens = multi30k_lengths()
+    batches = make_batches(src_lens, tgt_lens, budget, seed=1, epoch=1)
+    assert sorted(i for b in batches for i in b) == list(range(len(src_lens)))
+    fill = sorted(max(sum(src_lens[i] for i in b), sum(tgt_lens[i] for i in b)) / budget for b in batches)
+    assert fill[-1] <= 1 and fill[1] >= 0.9, fill[:3]  # all but the epoch's last are at least 90% full
+    real = sum(src_lens) + sum(tgt_lens)
+    assert sum(padded(src_lens, b) + padded(tgt_lens, b) for b in batches) < 1.15 * real  # similar lengths together
 
 
 def test_batching_is_deterministic_by_seed_and_epoch():
@@ -78,8 +106,19 @@ def test_batching_is_deterministic_by_seed_and_epoch():
 
 
 def test_a_pair_longer_than_the_budget_is_an_error():
-    with pytest.raises(ValueError, match="more than batch_tokens"):
+    with pytest.raises(ValueError, match="pair 1 has 100 tokens on one side, more than batch_tokens 50"):
         make_batches([10, 100], [10, 10], 50, seed=0, epoch=1)
+
+
+def test_stream_counts_epochs_done():
+    src_lens, tgt_lens = lengths(200)
+    stream = BatchStream(src_lens, tgt_lens, 200, seed=3)
+    assert stream.epochs_done == 0
+    for _ in range(len(stream)):
+        stream.next()
+    assert stream.epochs_done == 1 and stream.epoch == 1  # the first epoch's last batch is out, none of the second
+    stream.next()
+    assert stream.epochs_done == pytest.approx(1 + 1 / len(stream)) and stream.epoch == 2
 
 
 def test_stream_resumes_at_its_saved_position():

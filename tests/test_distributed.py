@@ -35,7 +35,7 @@ def write_recipe(path: Path, data_dir: Path, **train: object) -> Path:
     # (softmax ignores a constant added to every score), and at eps 1e-9 Adam turns their rounding
     # noise, which differs between 2 ranks and 1 process, into a full step of +-lr.
     values = dict(batch_tokens=512, effective_batch_tokens=1024, warmup_steps=20, max_steps=REF_STEPS,
-                  adam_eps=1e-4, eval_every=0, eval_bleu=False, save_every=2, keep_checkpoints=0, average_last=1,
+                  adam_eps=1e-4, eval_every=0, eval_bleu=False, save_every=2, keep_checkpoints=1000, average_last=1,
                   beam_size=1, log_every=1000, threads=1, device="cpu", **train)
     val = data_dir / "multi30k" / "val"
     lines = ["data:", f"  train: {val}", f"  valid: {val}", '  test: ""', "  vocab_size: 300", "  max_subwords: 64",

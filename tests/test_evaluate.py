@@ -106,3 +106,55 @@ def test_line_count_mismatch_is_an_error(files, tmp_path, capsys):
     short.write_text("Ein Hund.\n", encoding="utf-8")
     assert main(["evaluate", "--ref", str(files / "ref.de"), "--hyp", str(short)]) == 2
     assert "1 lines but" in capsys.readouterr().err
+
+
+def test_french_hyphens_stay_whole_german_compounds_split():
+    # French: Moses keeps "arc-en-ciel" as one token and nothing is split, so it is one token on each side:
+    # Il y a un arc-en-ciel rouge ici .   against   Il y a un arc-en-ciel bleu ici .
+    # n-gram precisions 7/8, 5/7, 3/6, 2/5; equal lengths, no brevity penalty.
+    hyp, ref = "Il y a un arc-en-ciel rouge ici.", "Il y a un arc-en-ciel bleu ici."
+    tokenized = evaluate.tokenized_bleu([hyp], [ref], "fr")
+    assert tokenized.score == pytest.approx(100 * (7 / 8 * 5 / 7 * 3 / 6 * 2 / 5) ** 0.25, abs=1e-6)
+    assert "compound-split" not in tokenized.signature
+    # German: "rot-weißes" becomes rot ##AT##-##AT## weißes (the hand count of test_tokenised_bleu_by_hand)
+    german = evaluate.tokenized_bleu(["Ein rot-weißes Hemd."], ["Ein rot-weißes Kleid."], "de")
+    assert german.score == pytest.approx(100 * (5 / 6 * 3 / 5 * 2 / 4 * 1 / 3) ** 0.25, abs=1e-6)
+    assert "compound-split" in german.signature
+    assert evaluate.tokenized_bleu(["Ein rot-weißes Hemd."], ["Ein rot-weißes Kleid."], "fr").score == 0  # no 4-gram
+
+
+def test_unicode_punctuation_as_moses_replaces_it():
+    assert evaluate.replace_unicode_punctuation("“Ja”， sagte er… （gut）！ ５０％ l’homme。 Fin") == \
+        '"Ja", sagte er... (gut)! 50% l\'homme. Fin'
+    assert evaluate.replace_unicode_punctuation("„Ja“ «oui» – gut") == '„Ja" «oui» – gut'  # what the script leaves
+
+
+def test_tokenised_bleu_replaces_the_hypothesis_punctuation_only():
+    # get_ende_bleu.sh runs replace-unicode-punctuation on the decodes, not on the references
+    curly, straight = "Er sagte “ja” und ging.", 'Er sagte "ja" und ging.'
+    assert evaluate.tokenized_bleu([curly], [straight], "de").score == pytest.approx(100)
+    assert evaluate.tokenized_bleu([straight], [curly], "de").score < 100
+
+
+def test_lang_comes_from_the_model_unless_given(tmp_path, data_dir, capsys):  # noqa: F811
+    model_dir = build_tiny_model_dir(tmp_path / "model", data_dir)
+    config = json.loads((model_dir / "config.json").read_text())
+    config["model"]["tgt_lang"] = "fr"  # a model that writes French
+    (model_dir / "config.json").write_text(json.dumps(config))
+    src = read_gz(data_dir / "multi30k" / "val.en.gz", 4)
+    ref = read_gz(data_dir / "multi30k" / "val.fr.gz", 4)
+    (tmp_path / "src.en").write_text("\n".join(src) + "\n", encoding="utf-8")
+    (tmp_path / "ref.fr").write_text("\n".join(ref) + "\n", encoding="utf-8")
+    argv = ["evaluate", "--model", str(model_dir), "--src", str(tmp_path / "src.en"), "--ref", str(tmp_path / "ref.fr"),
+            "--json", "--beam-size", "1"]
+
+    def signature(*extra: str) -> str:
+        assert main([*argv, *extra]) == 0
+        return json.loads(capsys.readouterr().out)["tokenised BLEU"]["signature"]
+
+    assert signature() == "hyp replace-unicode-punctuation|moses -l fr|multi-bleu"  # the model's language
+    assert signature("--lang", "de") == "hyp replace-unicode-punctuation|moses -l de|compound-split|multi-bleu"
+    hyp = tmp_path / "hyp.fr"
+    hyp.write_text("\n".join(ref) + "\n", encoding="utf-8")
+    assert main(["evaluate", "--hyp", str(hyp), "--ref", str(tmp_path / "ref.fr"), "--json"]) == 0
+    assert "moses -l de" in json.loads(capsys.readouterr().out)["tokenised BLEU"]["signature"]  # no model: de

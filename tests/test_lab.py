@@ -6,8 +6,11 @@ import math
 
 import numpy as np
 import pytest
+import torch
 
-from aiayn.lab import cost, positions, softmax
+from aiayn.config import ModelConfig
+from aiayn.lab import cost, details, forcing, heads, paths, positions, recurrence, softmax, variations
+from aiayn.model import Transformer
 
 
 def test_scaling_scores_grow_like_sqrt_d_k():
@@ -78,3 +81,185 @@ def test_table2_costs_are_time_gpus_rate():
     assert f"{cost.paper_flops(cost.BIG_HOURS):.1e}" == f"{big.flops_en_de:.1e}" == "2.3e+19"
     assert (big.bleu_en_de, big.bleu_en_fr) == (28.4, 41.8)
     assert all(isinstance(row, cost.Table2Row) for row in cost.TABLE2)
+
+
+# --- items 2-4: recurrence, recurrent against attention layers, Table 1 --------------------------------
+
+
+
+def test_recurrence_trace_matches_the_explanation():
+    trace = recurrence.scalar_trace()
+    assert [f"{h:.4f}" for h in trace] == ["0.7616", "0.3634", "0.1797", "0.0896", "0.0448", "0.0224"]
+    assert trace[0] == pytest.approx(math.tanh(1.0))
+    assert trace[1] == pytest.approx(math.tanh(0.5 * math.tanh(1.0)))
+
+
+def test_loops_equal_the_library_and_row_7_alone_equals_the_product():
+    a = recurrence.agreement(batch=4, n=12, d=64)
+    assert a.rnn_vs_library < 1e-5 and a.gru_vs_library < 1e-5 and a.attention_vs_sdpa < 1e-5
+    assert a.row7_alone < 1e-6  # the same arithmetic; matrix-product blocking may round differently
+
+
+def test_changing_word_3_moves_only_later_recurrent_states():
+    move = recurrence.change_one_word(word=3, batch=4, n=8, d=64)
+    assert (move["rnn"][:3] == 0).all() and (move["rnn"][3:] > 0).all()
+    assert (move["attention"] > 0).all()
+
+
+@pytest.mark.parametrize("kind, k, expected", [
+    ("recurrent", 3, [2, 10, 50, 200]),
+    ("convolutional", 3, [1, 5, 25, 100]),  # ceil(d / (k - 1))
+    ("dilated", 2, [2, 4, 6, 8]),  # ceil(log2(d + 1))
+    ("self-attention", 3, [1, 1, 1, 1]),
+])
+def test_measured_path_lengths_equal_the_exact_counts(kind, k, expected):
+    assert [paths.path_length(kind, d, k=k) for d in (2, 10, 50, 200)] == expected
+    assert [paths.exact_path_length(kind, d, k=k) for d in (2, 10, 50, 200)] == expected
+
+
+def test_restricted_and_wider_kernels_follow_their_formulas():
+    for d in (3, 17, 40):
+        assert paths.path_length("restricted", d, r=4) == math.ceil(d / 4)
+        assert paths.path_length("convolutional", d, k=5) == math.ceil(d / 4)
+        assert paths.path_length("dilated", d, k=3) == math.ceil(math.log(d + 1, 3) - 1e-12)
+
+
+def test_sequential_operations_and_layer_flops():
+    assert paths.sequential_operations("recurrent", 37) == 37
+    assert all(paths.sequential_operations(k, 37) == 1 for k in paths.KINDS if k != "recurrent")
+    n = np.array([8, 32, 64])
+    flops = paths.layer_flops(n, 32)
+    np.testing.assert_array_equal(flops["self-attention"], 4 * n**2 * 32)
+    np.testing.assert_array_equal(flops["recurrent"], 4 * n * 32**2)
+    with pytest.raises(ValueError, match="unknown layer kind"):
+        paths.path_length("lstm", 3)
+
+
+# --- items 8 and 12 on a tiny model ----------------------------------------------------------------------
+
+
+
+@pytest.fixture
+def tiny_model():
+    torch.manual_seed(0)
+    return Transformer(ModelConfig.preset("tiny", vocab_size=40, max_len=64)).eval()
+
+
+def test_teacher_forcing_equals_generation(tiny_model):
+    src = torch.tensor([[5, 9, 11, 7, 2]])
+    result = forcing.teacher_forcing(tiny_model, src, max_new=12)
+    assert result["max_difference"] < 1e-5 and result["same_tokens"]
+    assert result["logits_shape"] == (result["calls"], 40)
+    loss = forcing.loss_by_hand(tiny_model, src, result["tokens"])
+    assert loss["loss_by_hand"] == pytest.approx(loss["loss_library"], abs=1e-5)
+    assert loss["loss_by_hand"] == pytest.approx(-np.log(loss["p_right"]).mean(), rel=1e-5)
+
+
+def test_without_causal_mask_reads_the_future_and_is_restored(tiny_model):
+    assert not forcing.reads_the_future(tiny_model)
+    with forcing.without_causal_mask():
+        assert forcing.reads_the_future(tiny_model)
+    assert not forcing.reads_the_future(tiny_model)
+
+
+def test_mask_experiment_runs_both_ways():
+    config = ModelConfig(vocab_size=30, d_model=16, d_ff=32, n_heads=2, n_layers=1, p_drop=0.0, max_len=32)
+    pairs = [([5 + i % 7, 6 + i % 5, 2], [9 + i % 6, 8 + i % 4, 2]) for i in range(20)]
+    r = forcing.mask_experiment(config, pairs[:16], pairs[16:], steps=4)
+    assert r["unmasked_reads_future"] and not r["masked_reads_future"]
+    assert r["masked_loss"].shape == (4,) and 0 <= r["unmasked_accuracy"] <= 1
+
+
+def test_small_claims_on_a_tiny_model(tiny_model):
+    shared = details.shared_matrix(tiny_model)
+    assert shared["embeddings_shared"] and shared["projection_error"] == 0
+    src, tgt_in = torch.tensor([[5, 9, 11, 7, 2]]), torch.tensor([[1, 8, 12, 6]])
+    assert details.masked_weights(tiny_model, src, tgt_in) == 0.0
+    assert details.ffn_as_convolutions(tiny_model) < 1e-5
+    eq = details.permutation_equivariance(tiny_model, src)
+    assert eq["without_positions"] < 1e-5 < 1e-3 < eq["with_positions"]
+    torch.testing.assert_close(tiny_model.encoder.positions.table[:3, :4].double(),
+                               torch.from_numpy(positions.encoding(3, 64)[:, :4]))  # the table is restored
+
+
+def test_learning_rate_peak_is_eq3():
+    lr = details.learning_rate_curve()
+    assert lr["peak_step"] == 4000 and lr["peak_rate"] == pytest.approx(512**-0.5 * 4000**-0.5)
+
+
+def test_additive_scores_formula():
+    q, k = torch.randn(1, 2, 3), torch.randn(1, 4, 3)
+    w_q, w_k, v = torch.randn(3, 3), torch.randn(3, 3), torch.randn(3)
+    scores = details.additive_scores(q, k, w_q, w_k, v)
+    assert scores.shape == (1, 2, 4)
+    assert float(scores[0, 1, 2]) == pytest.approx(float(torch.tanh(q[0, 1] @ w_q + k[0, 2] @ w_k) @ v), rel=1e-5)
+
+
+# --- items 6, 9, 10 --------------------------------------------------------------------------------------
+
+class PieceTokenizer:
+    """Whitespace words as pieces, ids from a fixed list (enough for the attention functions)."""
+
+    words = ["<pad>", "<s>", "</s>", "<unk>", "the", "animal", "it", "was", "tired", ".", "er", "war"]
+
+    def encode_source(self, texts):
+        return [[self.words.index(w) if w in self.words else 3 for w in t.lower().split()] + [2] for t in texts]
+
+    def pieces(self, ids):
+        return [self.words[i] for i in ids]
+
+    def decode(self, ids):
+        return " ".join(self.words[i] for i in ids if i > 2)
+
+    def __len__(self):
+        return len(self.words)
+
+
+def test_where_it_looks_reads_one_row_per_head():
+    torch.manual_seed(0)
+    model = Transformer(ModelConfig.preset("tiny", vocab_size=12, max_len=32)).eval()
+    r = heads.where_it_looks(model, PieceTokenizer(), "the animal was tired because it was tired .", [10, 11, 2])
+    assert r["layer"] == 0 and r["word_index"] == 5  # tiny has 2 layers: the one before the last
+    assert r["word_rows"].shape == (4, 10)
+    np.testing.assert_allclose(r["word_rows"].sum(axis=1), 1.0, rtol=1e-5)
+    np.testing.assert_allclose(r["word_rows"], r["heads"][:, 5])
+    assert r["pronoun_index"] == 0 and r["pronoun_cross"].shape == (2, 10)
+    with pytest.raises(ValueError, match="not an encoder layer"):
+        heads.where_it_looks(model, PieceTokenizer(), "it", [2], layer=5)
+
+
+def test_counted_flops_are_6nd_plus_attention():
+    base = ModelConfig.preset("base")
+    counted = cost.counted_flops(base, 100_000)
+    with torch.device("meta"):
+        params = Transformer(base).num_parameters()
+    rule = cost.six_n_d(params, 25_000 * 100_000)  # each token of a side meets about half the weights
+    assert rule < counted < 1.1 * rule
+
+
+def test_table3_counts_follow_the_layer_formula():
+    rows = {r["label"]: r for r in variations.table3_counts()}
+    D, F, V = 512, 2048, 37_000
+    attention, ffn, norm = 4 * (D * D + D), 2 * D * F + F + D, 2 * D
+    encoder, decoder = attention + ffn + 2 * norm, 2 * attention + ffn + 3 * norm
+    assert rows["base"]["counted_m"] * 1e6 == V * D + 6 * (encoder + decoder)
+    assert rows["N=2"]["counted_m"] * 1e6 == V * D + 2 * (encoder + decoder)
+    assert rows["h=16"]["counted_m"] == rows["base"]["counted_m"]  # heads split d_model, not add to it
+    # row B: W^Q and W^K of all 18 attention blocks shrink from D x D to D x (h d_k), d_v stays 64
+    saved = 18 * 2 * ((D * D + D) - (D * 8 * 16 + 8 * 16))
+    assert round((rows["base"]["counted_m"] - rows["d_k=16"]["counted_m"]) * 1e6) == saved
+    assert rows["big"]["paper_m"] == 213 and abs(rows["big"]["counted_m"] - 213) < 3
+
+
+def test_table3_small_changes_keep_the_papers_directions():
+    from aiayn.lab import table3
+
+    base = ModelConfig.preset("small")  # N=3, d_model=256, d_ff=1024, h=4: d_k=64 as in the paper
+    assert table3.small_changes("h=1", base) == {"n_heads": 1}
+    assert table3.small_changes("h=32", base) == {"n_heads": 16}  # 4 x h, as 32 = 4 x 8
+    assert table3.small_changes("d_k=16", base) == {"d_k": 16}
+    assert [table3.small_changes(f"N={n}", base)["n_layers"] for n in (2, 4, 8)] == [1, 2, 4]
+    assert table3.small_changes("d_model=1024", base) == {"d_model": 512}
+    assert table3.overrides({"label_smoothing": 0.0, "p_drop": 0.2}) == ["--train.label_smoothing=0.0", "--model.p_drop=0.2"]
+    assert [table3.agreement(a, b) for a, b in ((1, 1), (-1, 1), (0, 1), (1, 0))] == [
+        "same", "opposite", "no change here", "paper: no change"]

@@ -207,6 +207,13 @@ def test_a_busy_run_folder_is_refused_and_a_stale_lock_does_not_block(run, tmp_p
     assert (out / "checkpoints" / "step-6").is_dir()
 
 
+def test_out_that_is_a_file_or_under_one_is_one_clear_line(tmp_path, capsys):
+    (tmp_path / "file").write_text("mine")
+    refused(capsys, train_args(tmp_path / "file"), "file", "not a folder")
+    refused(capsys, train_args(tmp_path / "file" / "run"), str(tmp_path / "file"))
+    assert (tmp_path / "file").read_text() == "mine"
+
+
 # 5. the user's recipe file is never written over
 
 def test_the_users_recipe_in_the_run_folder_is_not_written_over(tmp_path):

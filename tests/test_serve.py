@@ -226,7 +226,7 @@ def test_model_and_figures(url):
     assert pe["values"][7][11] == pytest.approx(math.cos(7 / 10000 ** (10 / 64)), abs=1e-6)
     _, _, c = request(f"{url}/api/figures/cost")
     assert [tuple(r.values()) for r in c["table2"]] == [tuple(r) for r in cost.TABLE2]
-    assert c["runs"] == [{"run": "tiny", "bleu": RUN_RESULTS["test_bleu"], "flops": RUN_RESULTS["train_flops"],
+    assert c["runs"] == [{"run": "tiny", "bleu": RUN_RESULTS["test_bleu"], "flops": RUN_RESULTS["matmul_flops"],
                           "test": RUN_RESULTS["test"], "this_model": True}]
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from pathlib import Path
 
@@ -87,7 +88,8 @@ def test_recipe_overrides_are_type_checked(tmp_path):
         load_recipe(tmp_path / "r.yaml")
 
 
-@pytest.mark.parametrize("name", ["multi30k-en-de", "multi30k-en-fr", "wmt14-en-de-base", "wmt14-en-de-big", "tiny"])
+@pytest.mark.parametrize("name", ["multi30k-en-de", "multi30k-en-fr", "wmt14-en-de-base", "wmt14-en-de-big",
+                                  "wmt14-en-fr-big", "tiny"])
 def test_bundled_recipes_load(name):
     recipe = load_recipe(REPO / "recipes" / f"{name}.yaml")
     recipe.model_config(recipe.data.vocab_size)
@@ -98,10 +100,15 @@ def test_paper_recipes_have_the_papers_settings():
     big = load_recipe(REPO / "recipes" / "wmt14-en-de-big.yaml")
     assert (base.train.warmup_steps, base.train.max_steps, base.train.lr_factor) == (4000, 100_000, 1.0)
     assert (base.train.beta1, base.train.beta2, base.train.adam_eps, base.train.label_smoothing) == (0.9, 0.98, 1e-9, 0.1)
-    assert base.model_config(37000) == ModelConfig.preset("base", vocab_size=37000, max_len=base.model_config(1).max_len,
+    assert base.model_config(37000) == ModelConfig.preset("base", vocab_size=37000, max_len=base.model_config(37000).max_len,
                                                           src_lang="en", tgt_lang="de")  # the data's languages
     assert big.model_config(37000).d_model == 1024 and big.model_config(37000).p_drop == 0.3
     assert big.train.max_steps == 300_000 and big.train.average_last == 20 and base.train.average_last == 5
+    en_fr = load_recipe(REPO / "recipes" / "wmt14-en-fr-big.yaml")  # §6.1: big, P_drop 0.1; §5.1: 32,000 pieces
+    assert en_fr.model_config(32000) == ModelConfig.preset("big", vocab_size=32000, p_drop=0.1, src_lang="en",
+                                                           tgt_lang="fr", max_len=en_fr.model_config(32000).max_len)
+    assert (en_fr.data.tgt_lang, en_fr.data.vocab_size, en_fr.train.max_steps) == ("fr", 32000, 300_000)
+    assert dataclasses.asdict(en_fr.train) == dataclasses.asdict(big.train)  # training as En-De big's
 
 
 def test_accumulation_from_effective_batch_tokens():

@@ -3,5 +3,14 @@
 from .config import DecodeConfig, ModelConfig
 from .model import Transformer
 
-__all__ = ["DecodeConfig", "ModelConfig", "Transformer"]
+__all__ = ["DecodeConfig", "ModelConfig", "Transformer", "Translator"]
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str):
+    """`from aiayn import Translator`, imported on first use (it brings in the search and Marian code)."""
+    if name == "Translator":
+        from .decode.translate import Translator
+
+        return Translator
+    raise AttributeError(f"module 'aiayn' has no attribute {name!r}")

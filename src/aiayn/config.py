@@ -9,6 +9,10 @@ matter of configuration, not of a second model.
 from __future__ import annotations
 
 import dataclasses
+import functools
+import math
+import types
+import typing
 from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple
 
@@ -56,6 +60,14 @@ class ModelConfig:
     tgt_lang: str | None = None
 
     def __post_init__(self) -> None:
+        check_fields(self, MODEL_RANGES)
+        for name in ("pad_id", "eos_id", "unk_id"):
+            if getattr(self, name) >= self.vocab_size:
+                raise ValueError(f"{name} = {getattr(self, name)}: not below vocab_size {self.vocab_size}")
+        for name in ("pad_id", "bos_id", "eos_id"):
+            if getattr(self, name) >= self.target_vocab_size:
+                raise ValueError(f"{name} = {getattr(self, name)}: not below the target vocabulary's size "
+                                 f"{self.target_vocab_size}")
         for name, heads in (("n_heads", self.n_heads), ("n_decoder_heads", self.decoder_heads)):
             if heads > 0 and (self.d_k is None or self.d_v is None) and self.d_model % heads:
                 raise ValueError(f"d_model {self.d_model} is not divisible by {name} {heads}; set d_k and d_v")
@@ -105,11 +117,7 @@ class ModelConfig:
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> ModelConfig:
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(values) - known)
-        if unknown:
-            raise ValueError(f"unknown model config fields: {', '.join(unknown)}")
-        return cls(**values)
+        return cls(**_known_fields(cls, values, "model config"))
 
 
 @dataclass(frozen=True)
@@ -128,8 +136,93 @@ class DecodeConfig:
     top_k: int = 0  # 0 = no top-k filter
     top_p: float = 1.0  # 1 = no nucleus filter
 
+    def __post_init__(self) -> None:
+        check_fields(self, DECODE_RANGES)
+
     def replace(self, **changes: Any) -> DecodeConfig:
         return dataclasses.replace(self, **changes)
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> DecodeConfig:
+        return cls(**_known_fields(cls, values, "decode config"))
+
+
+# The allowed range of each number (low, high; None = unbounded; POSITIVE: above 0), checked with its type
+# in __post_init__: a config read from a file or a recipe is refused with the field's name, not later.
+POSITIVE = (0, None)
+MODEL_RANGES: dict[str, tuple[float, float | None]] = {
+    "vocab_size": (1, None), "tgt_vocab_size": (1, None), "d_model": (1, None), "d_ff": (1, None),
+    "n_heads": (1, None), "n_layers": (1, None), "n_decoder_layers": (1, None), "max_len": (1, None),
+    "d_k": (1, None), "d_v": (1, None), "n_decoder_heads": (1, None), "d_decoder_ff": (1, None),
+    "p_drop": (0, 1), "p_attn_drop": (0, 1), "p_ffn_drop": (0, 1),
+    "pad_id": (0, None), "bos_id": (0, None), "eos_id": (0, None), "unk_id": (0, None),
+    "layer_norm_eps": POSITIVE,
+}
+DECODE_RANGES: dict[str, tuple[float, float | None]] = {
+    "beam_size": (1, None), "extra_len": (0, None), "max_len": (1, None), "n_best": (1, None),
+    "temperature": POSITIVE, "top_k": (0, None), "top_p": (0, 1),
+}
+OPEN_BELOW = {"layer_norm_eps", "temperature", "top_p", "lr_factor"}  # above their low, not equal to it
+OPEN_ABOVE = {"beta1", "beta2", "label_smoothing"}  # below their high, not equal to it
+
+
+def check_fields(config: Any, ranges: dict[str, tuple[float, float | None]]) -> None:
+    """Every field of a config dataclass has its annotated type, and every number its range: a ValueError naming it."""
+    hints = _type_hints(type(config))
+    for f in dataclasses.fields(config):
+        value = getattr(config, f.name)
+        if not _has_type(value, hints[f.name]):
+            raise ValueError(f"{f.name} = {value!r}: expected {_type_name(hints[f.name])}")
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            continue
+        if not math.isfinite(value) or abs(value) >= 2**31:  # beyond int32, sizes overflow torch's int64 products
+            raise ValueError(f"{f.name} = {value!r}: must be a finite number below 2**31")
+        if f.name in ranges:
+            low, high = ranges[f.name]
+            above = value > low if f.name in OPEN_BELOW else value >= low
+            below = high is None or (value < high if f.name in OPEN_ABOVE else value <= high)
+            if not (above and below):
+                bound = f"{'above' if f.name in OPEN_BELOW else 'at least'} {low}"
+                if high is not None:
+                    bound += f" and {'below' if f.name in OPEN_ABOVE else 'at most'} {high}"
+                raise ValueError(f"{f.name} = {value!r}: must be {bound}")
+
+
+@functools.cache
+def _type_hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def _has_type(value: Any, hint: Any) -> bool:
+    """isinstance for the hints configs use: int (not bool), float (an int will do), bool, str, X | None, Literal."""
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        return any(_has_type(value, arg) for arg in typing.get_args(hint))
+    if origin is Literal:
+        return isinstance(value, str) and value in typing.get_args(hint)
+    if hint is type(None):
+        return value is None
+    if hint in (int, float):
+        return isinstance(value, (int, float) if hint is float else int) and not isinstance(value, bool)
+    return isinstance(value, hint) if isinstance(hint, type) else True
+
+
+def _type_name(hint: Any) -> str:
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        return " or ".join(_type_name(arg) for arg in typing.get_args(hint))
+    if typing.get_origin(hint) is Literal:
+        return "one of " + ", ".join(map(repr, typing.get_args(hint)))
+    return "null" if hint is type(None) else getattr(hint, "__name__", str(hint))
+
+
+def _known_fields(cls: type, values: Any, what: str) -> dict[str, Any]:
+    """values as keyword arguments of cls: a mapping whose keys are all field names."""
+    if not isinstance(values, dict):
+        raise ValueError(f"a {what} is a mapping of field names to values, not {type(values).__name__}")
+    unknown = sorted(str(k) for k in set(values) - {f.name for f in dataclasses.fields(cls)})
+    if unknown:
+        raise ValueError(f"unknown {what} fields: {', '.join(unknown)}")
+    return values
 
 
 # Table 3 (§6.2): base N=6, d_model=512, d_ff=2048, h=8, P_drop=0.1; big 6, 1024, 4096, 16, 0.3.

@@ -11,7 +11,6 @@ import json
 import math
 import mmap
 import os
-import warnings
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
@@ -62,20 +61,47 @@ def _with_aliases(tensors: dict[str, Tensor], metadata: dict) -> dict[str, Tenso
 
 
 def _read_header(f, path: Path) -> tuple[int, dict, dict]:
-    """A safetensors header, checked: (where the data starts, name -> dtype/shape/offsets, metadata)."""
+    """A safetensors header, checked against the file: (where the data starts, name -> dtype/shape/offsets, metadata).
+
+    The first 8 bytes give the header's length; a length beyond the file's end (random bytes, a Git LFS
+    pointer, a torch pickle) is refused before anything is read, and every tensor must lie inside the file.
+    """
+    file_size = os.fstat(f.fileno()).st_size
+    head = f.read(8)
+    size = int.from_bytes(head, "little")
+    if len(head) < 8 or size > file_size - 8:
+        if head == b"version ":
+            raise ValueError(f"{path}: a Git LFS pointer, not the weights (fetch them with `git lfs pull`)")
+        if head.startswith((b"PK\x03\x04", b"\x80")):
+            raise ValueError(f"{path}: a PyTorch pickle, not a safetensors file (aiayn loads no pickles)")
+        raise ValueError(f"{path}: not a safetensors file (its first 8 bytes {head!r} are no header length "
+                         f"within its {file_size:,} bytes)")
     try:
-        size = int.from_bytes(f.read(8), "little")
         header = json.loads(f.read(size))
-    except (ValueError, UnicodeDecodeError) as err:
-        raise ValueError(f"{path}: not a safetensors file ({err})") from None
+    except (ValueError, UnicodeDecodeError, RecursionError) as err:
+        raise ValueError(f"{path}: not a safetensors file (the header is not JSON: {err})") from None
     if not isinstance(header, dict):
         raise ValueError(f"{path}: not a safetensors file (the header is not a JSON object)")
     metadata = header.pop("__metadata__", None) or {}
+    if not (isinstance(metadata, dict) and all(isinstance(v, str) for v in metadata.values())):
+        raise ValueError(f"{path}: not a safetensors file (__metadata__ is not a mapping of strings)")
+    data_size = file_size - 8 - size
     for name, info in header.items():
         if not (isinstance(info, dict) and {"dtype", "shape", "data_offsets"} <= info.keys()):
             raise ValueError(f"{path}: not a safetensors file (entry {name!r} lacks dtype, shape or data_offsets)")
-        if info["dtype"] not in DTYPES:
+        if not isinstance(info["dtype"], str) or info["dtype"] not in DTYPES:
             raise ValueError(f"{path}: tensor {name} has dtype {info['dtype']}, which aiayn does not read")
+        shape, offsets = info["shape"], info["data_offsets"]
+        if not (isinstance(shape, list) and all(type(n) is int and n >= 0 for n in shape)):
+            raise ValueError(f"{path}: tensor {name} has shape {shape!r}, not a list of sizes")
+        if not (isinstance(offsets, list) and len(offsets) == 2 and all(type(n) is int for n in offsets)
+                and 0 <= offsets[0] <= offsets[1]):
+            raise ValueError(f"{path}: tensor {name} has data_offsets {offsets!r}, not a [begin, end] range")
+        if offsets[1] > data_size:
+            raise ValueError(f"{path}: {name}: the file ends before this tensor does (truncated?)")
+        if offsets[1] - offsets[0] != math.prod(shape) * DTYPES[info["dtype"]].itemsize:
+            raise ValueError(f"{path}: tensor {name}: data_offsets {offsets} do not hold a {info['dtype']} "
+                             f"tensor of shape {shape}")
     return 8 + size, header, metadata
 
 
@@ -195,27 +221,50 @@ def save_model(model: Transformer, directory: str | Path, vocab_proto: bytes | N
 
 
 def read_config(directory: str | Path) -> dict:
+    """DIR/config.json as a JSON object; an error naming the file when it is missing or is not one."""
     path = Path(directory) / CONFIG
     if not path.is_file():
         raise FileNotFoundError(f"{directory}: no {CONFIG}; not a model directory")
-    return json.loads(path.read_text())
+    try:
+        meta = json.loads(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as err:
+        raise ValueError(f"{path}: not valid UTF-8 (byte {err.start})") from None
+    except (json.JSONDecodeError, RecursionError) as err:
+        raise ValueError(f"{path}: not valid JSON ({err})") from None
+    if not isinstance(meta, dict):
+        raise ValueError(f"{path}: expected a JSON object, not {json.dumps(meta)[:40]}")
+    return meta
 
 
 def is_aiayn_model(directory: str | Path) -> bool:
     try:
         return read_config(directory).get("format") == "aiayn"
-    except (FileNotFoundError, json.JSONDecodeError):
+    except (FileNotFoundError, ValueError):
         return False
+
+
+def read_model_config(directory: str | Path) -> ModelConfig:
+    """The ModelConfig of an aiayn model directory's config.json, checked field by field."""
+    path = Path(directory) / CONFIG
+    meta = read_config(directory)
+    if meta.get("format") != "aiayn":
+        raise ValueError(f"{path}: not an aiayn model (format {meta.get('format')!r})")
+    if "model" not in meta:
+        raise ValueError(f"{path}: no \"model\" entry (the ModelConfig fields)")
+    if not isinstance(meta["model"], dict):
+        what = json.dumps(meta["model"])[:40]
+        raise ValueError(f"{path}: \"model\" must be a JSON object of ModelConfig fields, not {what}")
+    try:
+        return ModelConfig.from_dict(meta["model"])
+    except ValueError as err:
+        raise ValueError(f"{path}: model: {err}") from None
 
 
 def load_model(directory: str | Path, device: str | torch.device = "cpu", read: Reader = read_safetensors) -> Transformer:
     """The Transformer saved in directory, in eval mode, its weights read by `read` (`read_safetensors`,
     `read_column_major` for decoding on a CPU, or `MappedReads().read`)."""
     directory = Path(directory)
-    meta = read_config(directory)
-    if meta.get("format") != "aiayn":
-        raise ValueError(f"{directory / CONFIG}: not an aiayn model (format {meta.get('format')!r})")
-    config = ModelConfig.from_dict(meta["model"])
+    config = read_model_config(directory)
     weights = directory / WEIGHTS
     if not weights.is_file():
         raise FileNotFoundError(f"{directory}: no {WEIGHTS}")

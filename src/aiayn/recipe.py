@@ -15,7 +15,8 @@ from typing import Any, Literal
 
 import yaml
 
-from .config import ModelConfig
+from .config import ModelConfig, check_fields
+from .data.vocab import UNK_ID
 
 
 @dataclass
@@ -39,7 +40,7 @@ class DataConfig:
 class TrainConfig:
     """The training recipe of §5, with the paper's names."""
 
-    batch_tokens: int = field(default=4096, metadata={"help": "tokens per side per micro-batch per rank, padding included"})
+    batch_tokens: int = field(default=4096, metadata={"help": "real (non-padding) tokens per side per micro-batch per rank (§5.1)"})
     effective_batch_tokens: int = field(default=0, metadata={"help": "tokens per side per optimizer step; 0 = batch_tokens x world"})
     warmup_steps: int = 4000  # eq. (3)
     lr_factor: float = 1.0  # scale of eq. (3)
@@ -61,7 +62,7 @@ class TrainConfig:
     eval_bleu: bool = True  # validation BLEU with each evaluation
     bleu_sentences: int = 500  # validation sentences decoded for BLEU; 0 = all
     save_every: int = 1000  # steps between checkpoints
-    keep_checkpoints: int = 5  # the last K are kept
+    keep_checkpoints: int = 5  # the last K are kept; 0 = all
     average_last: int = 5  # checkpoints averaged into OUT/model at the end (§6.1: 5 base, 20 big)
     beam_size: int = 4  # decoding for BLEU (§6.1)
     alpha: float = 0.6
@@ -89,6 +90,16 @@ class Recipe:
 
 
 SECTIONS = {"data": DataConfig, "train": TrainConfig}
+# The allowed range of each number (see aiayn.config.check_fields), checked once the recipe is read.
+RANGES = {
+    "vocab_size": (UNK_ID + 2, None), "max_subwords": (1, None), "vocab_sample": (1, None),
+    "batch_tokens": (1, None), "effective_batch_tokens": (0, None), "warmup_steps": (1, None),
+    "lr_factor": (0, None), "beta1": (0, 1), "beta2": (0, 1), "adam_eps": (0, None), "label_smoothing": (0, 1),
+    "clip_norm": (0, None), "max_steps": (1, None), "max_minutes": (0, None), "max_epochs": (0, None),
+    "seed": (0, None), "threads": (0, None), "log_every": (1, None), "eval_every": (0, None),
+    "bleu_sentences": (0, None), "save_every": (0, None), "keep_checkpoints": (0, None), "average_last": (1, None),
+    "beam_size": (1, None),
+}
 
 
 def _convert(value: Any, hint: Any, where: str) -> Any:
@@ -113,6 +124,8 @@ def _convert(value: Any, hint: Any, where: str) -> Any:
             return value.lower() in ("true", "1", "yes")
         raise ValueError(f"{where}: expected true or false, got {value!r}")
     if hint in (int, float, str):
+        if isinstance(value, (bool, list, dict)) or value is None:  # str([1]) or int(True) would pass silently
+            raise ValueError(f"{where}: expected {hint.__name__}, got {_short(value)}")
         if hint is int and isinstance(value, float) and not value.is_integer():
             raise ValueError(f"{where}: expected an integer, got {value!r}")
         try:
@@ -122,9 +135,14 @@ def _convert(value: Any, hint: Any, where: str) -> Any:
                     raise ValueError
                 return int(number)
             return hint(value)
-        except (TypeError, ValueError):
-            raise ValueError(f"{where}: expected {hint.__name__}, got {value!r}") from None
+        except (TypeError, ValueError, OverflowError):
+            raise ValueError(f"{where}: expected {hint.__name__}, got {_short(value)}") from None
     return value
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _set(recipe: Recipe, section: str, name: str, value: Any, where: str) -> None:
@@ -153,7 +171,7 @@ def load_recipe(path: str | Path | None, overrides: list[str] = ()) -> Recipe:
         path = Path(path)
         if not path.is_file():
             raise FileNotFoundError(f"{path}: no such recipe")
-        values = yaml.safe_load(path.read_text()) or {}
+        values = read_yaml(path) or {}
         if not isinstance(values, dict):
             raise ValueError(f"{path}: a recipe is a mapping with data, model and train sections")
         for section, fields in values.items():
@@ -168,5 +186,52 @@ def load_recipe(path: str | Path | None, overrides: list[str] = ()) -> Recipe:
         section, dot, name = key.partition(".")
         if not sep or not dot:
             raise ValueError(f"override {item!r}: expected --section.field=value")
-        _set(recipe, section, name, yaml.safe_load(value) if value else value, f"override {item!r}")
+        _set(recipe, section, name, _override_value(value, item), f"override {item!r}")
+    check_recipe(recipe, f"{path}: " if path is not None else "")
     return recipe
+
+
+def check_recipe(recipe: Recipe, where: str = "") -> None:
+    """Every number in range, and a model section that makes a ModelConfig: a ValueError naming the field."""
+    for section in SECTIONS:
+        try:
+            check_fields(getattr(recipe, section), RANGES)
+        except ValueError as err:
+            raise ValueError(f"{where}{section}.{err}") from None
+    try:
+        model = recipe.model_config(recipe.data.vocab_size)
+    except ValueError as err:
+        raise ValueError(f"{where}model: {err}") from None
+    if recipe.data.max_subwords > model.max_len:  # a kept pair must fit the position table
+        raise ValueError(f"{where}data.max_subwords {recipe.data.max_subwords} is more than "
+                         f"model.max_len {model.max_len}")
+
+
+def read_yaml(path: Path) -> Any:
+    """A YAML file's data; a syntax error names the file, line and column, not `<unicode string>`."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as err:
+        raise ValueError(f"{path}: not valid UTF-8 (byte {err.start})") from None
+    try:
+        return yaml.safe_load(text)
+    except yaml.MarkedYAMLError as err:
+        mark, context = err.problem_mark, err.context
+        since = f" ({context}, from line {err.context_mark.line + 1})" if context and err.context_mark else ""
+        raise ValueError(f"{path}:{mark.line + 1}:{mark.column + 1}: not valid YAML: {err.problem}{since}") from None
+    except yaml.reader.ReaderError as err:
+        line = text[: err.position].count("\n") + 1
+        raise ValueError(f"{path}:{line}: not valid YAML: character {err.character!r} is not allowed") from None
+    except yaml.YAMLError as err:
+        raise ValueError(f"{path}: not valid YAML ({str(err).splitlines()[0]})") from None
+    except RecursionError:
+        raise ValueError(f"{path}: not a recipe (nested too deeply)") from None
+
+
+def _override_value(value: str, item: str) -> Any:
+    """The YAML value of one --section.field=value override ("" stays "")."""
+    try:
+        return yaml.safe_load(value) if value else value
+    except yaml.YAMLError as err:
+        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+        raise ValueError(f"override {item!r}: not a valid YAML value ({problem})") from None

@@ -40,7 +40,9 @@ def check_output(model: Path, out: Path) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..marian import aiayn_to_marian, detect_format, marian_to_aiayn, to_ctranslate2
+    from .paths import check_output_folder
 
+    check_output_folder(args.output, "output")
     found = detect_format(args.input)
     if args.source != "auto" and args.source != found:
         raise ValueError(f"{args.input}: --from {args.source}, but its config.json is a {found} model")

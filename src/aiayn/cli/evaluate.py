@@ -10,7 +10,10 @@ import argparse
 import json
 from pathlib import Path
 
+from .paths import output_file
 from .translate import add_search_arguments, chunks, load_translator, read_lines
+
+DEFAULT_LANG = "de"  # the paper's En-De tokenised BLEU
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -18,8 +21,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--hyp", help="translations to score (instead of --model)")
     parser.add_argument("--model", help="translate --src with this model, then score")
     parser.add_argument("--src", help="source sentences (with --model)")
-    parser.add_argument("--save-hyp", help="with --model: also write the translations here")
-    parser.add_argument("--lang", default="de", help="target language for the tokenised BLEU (default de)")
+    parser.add_argument("--save-hyp", type=output_file, help="with --model: also write the translations here")
+    parser.add_argument("--lang", help="target language for the tokenised BLEU: Moses' rules, and German's compound "
+                        f"split (default: the model's target language, else {DEFAULT_LANG})")
     parser.add_argument("--json", action="store_true", help="print the scores as one JSON object")
     parser.add_argument("--task", choices=["translate", "parse"], default="translate",
                         help="parse: labelled bracket P/R/F1 of trees as EVALB with COLLINS.prm (§6.3)")
@@ -39,7 +43,9 @@ def run(args: argparse.Namespace) -> int:
 
         return evaluate_trees(args.hyp, args.ref, args.json)
     refs = read_file(args.ref)
-    scores, extra = [], {}
+    if not refs:
+        raise ValueError(f"{args.ref}: empty file; there is nothing to score")
+    scores, extra, lang = [], {}, args.lang
     if args.hyp:
         hyps = read_file(args.hyp)
     elif args.model and args.src:
@@ -55,11 +61,13 @@ def run(args: argparse.Namespace) -> int:
             args.batch_size, translator.device,
         )
         extra = {"perplexity": ppl, "reference_tokens": n}
+        lang = lang or translator.model.config.tgt_lang  # what the model was trained to write
     else:
         raise ValueError("give --hyp, or --model with --src")
     if len(hyps) != len(refs):
         raise ValueError(f"{args.hyp} has {len(hyps)} lines but {args.ref} has {len(refs)}")
-    scores = [evaluate.sacre_bleu(hyps, refs), evaluate.tokenized_bleu(hyps, refs, args.lang), evaluate.chrf(hyps, refs)]
+    tokenized = evaluate.tokenized_bleu(hyps, refs, lang or DEFAULT_LANG)
+    scores = [evaluate.sacre_bleu(hyps, refs), tokenized, evaluate.chrf(hyps, refs)]
     if args.json:
         out = {s.name: {"score": round(s.score, 4), "signature": s.signature} for s in scores}
         print(json.dumps({**out, **extra}))

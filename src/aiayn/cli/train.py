@@ -13,10 +13,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--init", help="start from an aiayn model directory or a Hugging Face Marian directory")
     parser.add_argument("overrides", nargs=argparse.REMAINDER,
                         help="recipe overrides such as --train.max_minutes=30 --model.d_model=256")
+    parser.set_defaults(_help=parser.format_help)  # `train RECIPE --help`: REMAINDER swallows --help
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..recipe import load_recipe
     from ..train.loop import train
 
     # The overrides swallow whatever follows the recipe, so --out and --init are picked out of them.
@@ -24,7 +24,10 @@ def run(args: argparse.Namespace) -> int:
     options.add_argument("--out", default=args.out)
     options.add_argument("--init", default=args.init)
     known, overrides = options.parse_known_args(args.overrides)
-    recipe = load_recipe(args.recipe, overrides)
+    if "-h" in overrides or "--help" in overrides:
+        print(args._help(), end="")
+        return 0
+    recipe = _checked_recipe(args.recipe, overrides, known.out)
     out = Path(known.out) if known.out else Path("runs") / Path(args.recipe).stem
     try:
         train(recipe, out, init=known.init, recipe_file=args.recipe)
@@ -34,3 +37,19 @@ def run(args: argparse.Namespace) -> int:
         print(f"aiayn train: error: {err.filename + ': ' if err.filename else ''}{err.strerror or err}", file=sys.stderr)
         return 1
     return 0
+
+
+def _checked_recipe(path: str, overrides: list[str], out: str | None):
+    """The recipe, checked for what would otherwise fail only after minutes of work: --out must be a
+    folder (or not exist yet), and each split the recipe names two files with text."""
+    from ..data.corpus import check_split
+    from ..recipe import load_recipe
+    from .paths import check_output_folder
+
+    recipe = load_recipe(path, overrides)
+    check_output_folder(out or Path("runs") / Path(path).stem, "--out")
+    d = recipe.data
+    for field in ("train", "valid", "test"):
+        if getattr(d, field) or field != "test":
+            check_split(getattr(d, field), d.src_lang, d.tgt_lang, f"data.{field}")
+    return recipe

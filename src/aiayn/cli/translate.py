@@ -9,38 +9,41 @@ than the model takes (unless --truncate), stops the run with an error naming the
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO, TextIO
 
+from .paths import input_file, output_file
+
 CHUNK = 2048  # lines sorted and batched together; memory stays bounded on files of any size
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", required=True, help="an aiayn model directory or a Hugging Face Marian one")
-    parser.add_argument("--input", "-i", help="source text, one sentence a line (default: stdin)")
-    parser.add_argument("--output", "-o", help="where to write the translations (default: stdout)")
+    parser.add_argument("--input", "-i", type=input_file, help="source text, one sentence a line (default: stdin)")
+    parser.add_argument("--output", "-o", type=output_file, help="where to write the translations (default: stdout)")
     add_search_arguments(parser)
-    parser.add_argument("--n-best", type=int, default=None,
+    parser.add_argument("--n-best", type=at_least(1), default=None,
                         help="write the N best translations of each line as 'LINE<tab>SCORE<tab>TEXT' lines")
     parser.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
 
 
 def add_search_arguments(parser: argparse.ArgumentParser) -> None:
     """Options shared with `aiayn evaluate`: search, batching, device."""
-    parser.add_argument("--beam-size", "-b", type=int, help="beam width (default: the model's, else 4); 1 = greedy")
-    parser.add_argument("--alpha", type=float, help="length penalty alpha (default 0.6, GNMT)")
+    parser.add_argument("--beam-size", "-b", type=at_least(1), help="beam width (default: the model's, else 4); 1 = greedy")
+    parser.add_argument("--alpha", type=number(), help="length penalty alpha (default 0.6, GNMT)")
     parser.add_argument("--length-penalty", choices=["gnmt", "power"], help="((5+|Y|)/6)^alpha or |Y|^alpha")
-    parser.add_argument("--max-len", type=int, help="longest output in tokens (besides input length + 50)")
+    parser.add_argument("--max-len", type=at_least(1), help="longest output in tokens (besides input length + 50)")
     parser.add_argument("--sample", action="store_true", default=None, help="sample instead of searching")
-    parser.add_argument("--temperature", type=float)
-    parser.add_argument("--top-k", type=int)
-    parser.add_argument("--top-p", type=float)
+    parser.add_argument("--temperature", type=number(above=0), help="sampling temperature (above 0)")
+    parser.add_argument("--top-k", type=at_least(0), help="sample from the k likeliest tokens; 0 = all")
+    parser.add_argument("--top-p", type=number(above=0, at_most=1), help="nucleus sampling: in (0, 1]")
     parser.add_argument("--seed", type=int, default=0, help="random seed for --sample")
-    parser.add_argument("--batch-size", type=int, default=32, help="sentences per batch (default 32)")
-    parser.add_argument("--max-tokens", type=int, help="batch by padded source tokens instead of sentences")
+    parser.add_argument("--batch-size", type=at_least(1), default=32, help="sentences per batch (default 32)")
+    parser.add_argument("--max-tokens", type=at_least(1), help="batch by padded source tokens instead of sentences")
     parser.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, ...")
     parser.add_argument("--int8", action="store_true", help="int8 weights for the linear layers (CPU)")
     parser.add_argument("--gemm", choices=["auto", "mkl", "onednn"], default=None,
@@ -48,18 +51,52 @@ def add_search_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--truncate", action="store_true", help="cut lines longer than the model takes")
 
 
+def at_least(low: int):
+    """An argparse type: an integer >= low, else argparse's one-line error naming the flag."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"must be at least {low}, got {value}")
+        return value
+    return parse
+
+
+def number(above: float | None = None, at_most: float | None = None):
+    """An argparse type: a finite float in (above, at_most]."""
+    bounds = " and ".join([f"above {above}"] * (above is not None) + [f"at most {at_most}"] * (at_most is not None))
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+        inside = (above is None or value > above) and (at_most is None or value <= at_most)
+        if not (math.isfinite(value) and inside):
+            raise argparse.ArgumentTypeError(f"must be a finite number {bounds}".rstrip() + f", got {text}")
+        return value
+    return parse
+
+
 def load_translator(args: argparse.Namespace):
     import torch
 
-    from ..decode.translate import Translator
+    from ..decode.translate import Translator, check_device
 
+    check_device(args.device, "--device")
     torch.manual_seed(args.seed)
-    return Translator.load(
+    translator = Translator.load(
         args.model, device=args.device, int8=args.int8, gemm=args.gemm, beam_size=args.beam_size, alpha=args.alpha,
         length_penalty=args.length_penalty, max_len=args.max_len, sample=args.sample,
         temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, n_best=getattr(args, "n_best", None),
         batch_size=args.batch_size, max_tokens=args.max_tokens, truncate=args.truncate,
     )
+    vocab, beam = translator.model.config.target_vocab_size, translator.config.beam_size
+    if not translator.config.sample and beam > vocab:
+        raise ValueError(f"--beam-size {beam}: more than the {vocab:,} tokens of the model's target vocabulary")
+    return translator
 
 
 def read_lines(stream: BinaryIO, name: str) -> Iterator[str]:
@@ -127,7 +164,7 @@ def run(args: argparse.Namespace) -> int:
     translator = load_translator(args)
     name = args.input or "<stdin>"
     progress = None
-    if args.input and not args.quiet:
+    if args.input and not args.quiet and Path(args.input).is_file():  # a pipe (-i <(cmd)) is read once only
         from tqdm import tqdm
 
         with open(args.input, "rb") as f:

@@ -1,7 +1,11 @@
 """Batches by token count, sentences of similar length together (§5.1), shuffled by seed.
 
-A batch holds at most `batch_tokens` tokens on each side, padding included: its sentence count
-times its longest source (or target) sentence. Every pair appears exactly once per epoch.
+§5.1: "each training batch contained a set of sentence pairs containing approximately 25000
+source tokens and 25000 target tokens". A batch here holds at most `batch_tokens` real
+(non-padding) tokens on each side. Pairs are sorted by their longer side, so a batch's
+sentences have similar lengths and little padding; its padded size (sentences x longest
+sentence, each side) is also capped at PADDED_LIMIT x batch_tokens, so that memory stays
+bounded whatever the lengths. Every pair appears exactly once per epoch.
 """
 
 from __future__ import annotations
@@ -11,6 +15,8 @@ from typing import NamedTuple
 
 import torch
 from torch import Tensor
+
+PADDED_LIMIT = 1.5  # padded tokens per side <= PADDED_LIMIT x batch_tokens
 
 
 class Batch(NamedTuple):
@@ -26,19 +32,26 @@ def make_batches(src_lens: list[int], tgt_lens: list[int], batch_tokens: int, se
     rng = random.Random(seed * 100_003 + epoch)
     order = list(range(len(src_lens)))
     rng.shuffle(order)
-    order.sort(key=lambda i: (tgt_lens[i], src_lens[i]))  # stable: equal lengths keep the shuffled order
+    # the longer side, then the shorter; stable: equal lengths keep the shuffled order
+    order.sort(key=lambda i: (max(src_lens[i], tgt_lens[i]), min(src_lens[i], tgt_lens[i])))
+    limit = PADDED_LIMIT * batch_tokens
     batches: list[list[int]] = []
     batch: list[int] = []
-    longest = 0
+    n_src = n_tgt = longest_src = longest_tgt = 0  # the batch being filled: real tokens, longest sentence
     for i in order:
-        length = max(src_lens[i], tgt_lens[i])
-        if length > batch_tokens:
-            raise ValueError(f"pair {i} has {length} tokens, more than batch_tokens {batch_tokens}")
-        if batch and (len(batch) + 1) * max(longest, length) > batch_tokens:
+        s, t = src_lens[i], tgt_lens[i]
+        if max(s, t) > batch_tokens:
+            raise ValueError(f"pair {i} has {max(s, t)} tokens on one side, more than batch_tokens {batch_tokens}: "
+                             "raise train.batch_tokens or lower data.max_subwords")
+        n = len(batch) + 1
+        fits = (n_src + s <= batch_tokens and n_tgt + t <= batch_tokens
+                and n * max(longest_src, s) <= limit and n * max(longest_tgt, t) <= limit)
+        if batch and not fits:
             batches.append(batch)
-            batch, longest = [], 0
+            batch, n_src, n_tgt, longest_src, longest_tgt = [], 0, 0, 0, 0
         batch.append(i)
-        longest = max(longest, length)
+        n_src, n_tgt = n_src + s, n_tgt + t
+        longest_src, longest_tgt = max(longest_src, s), max(longest_tgt, t)
     if batch:
         batches.append(batch)
     rng.shuffle(batches)
@@ -71,6 +84,11 @@ class BatchStream:
     def __len__(self) -> int:
         """Batches per epoch."""
         return len(self._batches)
+
+    @property
+    def epochs_done(self) -> float:
+        """Epochs trained so far, with the fraction of the current one: 1.0 once epoch 1's last batch is out."""
+        return self.epoch - 1 + self.index / max(len(self._batches), 1)
 
     def next(self) -> list[int]:
         if self.index == len(self._batches):

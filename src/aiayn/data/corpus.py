@@ -12,6 +12,7 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from zlib import error as ZlibError
 
 import torch
 
@@ -32,18 +33,42 @@ def read_lines(path: str | Path) -> list[str]:
     opener = gzip.open if path.suffix == ".gz" else open
     lines = []
     with opener(path, "rb") as f:
-        for number, raw in enumerate(f, start=1):
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError as err:
-                raise ValueError(f"{path}:{number}: not valid UTF-8 (byte {err.start}: {raw[err.start:err.start + 1]!r})") from None
-            lines.append(line.rstrip("\r\n"))
+        try:
+            for number, raw in enumerate(f, start=1):
+                try:
+                    line = raw.decode("utf-8")
+                except UnicodeDecodeError as err:
+                    bad = raw[err.start : err.start + 1]
+                    raise ValueError(f"{path}:{number}: not valid UTF-8 (byte {err.start}: {bad!r})") from None
+                lines.append(line.rstrip("\r\n"))
+        except (gzip.BadGzipFile, EOFError, ZlibError) as err:
+            raise ValueError(f"{path}: not a valid gzip file ({err or 'it ends too early'})") from None
     return lines
+
+
+def check_split(prefix: str, src_lang: str, tgt_lang: str, field: str) -> None:
+    """Before training: the split's two files exist and hold text (field names the recipe's setting)."""
+    paths = []
+    for lang in (src_lang, tgt_lang):
+        try:
+            paths.append(find_file(prefix, lang))
+        except FileNotFoundError as err:
+            raise FileNotFoundError(f"{field}: {err}") from None
+    for path in paths:
+        opener = gzip.open if path.suffix == ".gz" else open
+        with opener(path, "rb") as f:
+            try:
+                if not f.read(1):
+                    raise ValueError(f"{path}: empty file ({field}); there are no sentence pairs")
+            except (gzip.BadGzipFile, EOFError, ZlibError) as err:
+                raise ValueError(f"{path}: not a valid gzip file ({err or 'it ends too early'})") from None
 
 
 def read_parallel(src_path: str | Path, tgt_path: str | Path) -> tuple[list[str], list[str]]:
     """Source and target lines, which must pair up one to one."""
     src, tgt = read_lines(src_path), read_lines(tgt_path)
+    if not src and not tgt:
+        raise ValueError(f"{src_path}, {tgt_path}: both files are empty; there are no sentence pairs")
     if len(src) != len(tgt):
         short, long_ = (src_path, tgt_path) if len(src) < len(tgt) else (tgt_path, src_path)
         n = min(len(src), len(tgt))
@@ -117,6 +142,14 @@ class EncodedCorpus:
         return cls(_unflat("src", d), _unflat("tgt", d), d["lines"].tolist())
 
 
+def cache_key(src_path: Path, tgt_path: Path, tokenizer, max_subwords: int) -> str:
+    """What an encoded cache depends on: the files (path, size, time), the tokenizer's models, the filter."""
+    files = [(str(p.resolve()), p.stat().st_size, p.stat().st_mtime_ns) for p in (src_path, tgt_path)]
+    protos = [getattr(tokenizer, name) for name in ("proto", "source_proto", "target_proto") if hasattr(tokenizer, name)]
+    tokens = hashlib.sha256(b"".join(protos) or repr(tokenizer).encode()).hexdigest()
+    return hashlib.sha256(json.dumps([files, tokens, max_subwords]).encode()).hexdigest()
+
+
 def _sidecar(path: Path) -> Path:
     return path.with_name(path.name + ".json")
 
@@ -153,4 +186,7 @@ def encode_pairs(
         if len(report.examples) < 5:
             report.examples.append(number)
     report.kept = len(corpus)
+    if not corpus:
+        why = f"data.max_subwords is {max_subwords}" if report.too_long else "every pair has an empty side"
+        raise ValueError(f"no sentence pair is left after filtering ({why}): {report}")
     return corpus, report

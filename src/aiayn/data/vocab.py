@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 import io
-from collections.abc import Iterable
+import re
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import sentencepiece as spm
@@ -13,18 +15,43 @@ PAD_ID, BOS_ID, EOS_ID, UNK_ID = 0, 1, 2, 3
 SEED = 1  # SentencePiece's sampling of training sentences
 
 
+def read_sentencepiece(model_proto: bytes, where: str) -> spm.SentencePieceProcessor:
+    """A SentencePiece model from its bytes; a file that is not one is an error naming it."""
+    try:
+        return spm.SentencePieceProcessor(model_proto=model_proto)
+    except RuntimeError:  # SentencePiece's own message is a line of C++ source
+        raise ValueError(f"{where}: not a SentencePiece model ({len(model_proto):,} bytes that do not parse)") from None
+
+
+def _clear_trainer_errors(train: Callable[..., Vocab]) -> Callable[..., Vocab]:
+    """Vocab.train with its failures as one line naming data.vocab_size (SentencePiece's own are C++ source)."""
+    @functools.wraps(train)
+    def checked(cls, sentences: Iterable[str], vocab_size: int, *args, **kwargs) -> Vocab:
+        if vocab_size < UNK_ID + 2:
+            raise ValueError(f"data.vocab_size {vocab_size}: must be at least {UNK_ID + 2} "
+                             "(4 special tokens and a character)")
+        sentences = list(sentences)
+        if not any(s.strip() for s in sentences):
+            raise ValueError("no text to train the vocabulary on: the training files have no non-empty line")
+        try:
+            return train(cls, sentences, vocab_size, *args, **kwargs)
+        except RuntimeError as err:
+            raise ValueError(_trainer_error(str(err), vocab_size)) from None
+    return checked
+
+
 class Vocab:
     """Text <-> ids. Sources are encoded with a final </s>; decoding drops special tokens."""
 
     pad_id, bos_id, eos_id, unk_id = PAD_ID, BOS_ID, EOS_ID, UNK_ID
 
-    def __init__(self, model_proto: bytes):
+    def __init__(self, model_proto: bytes, where: str = "vocabulary"):
         self.proto = model_proto
-        self.sp = spm.SentencePieceProcessor(model_proto=model_proto)
+        self.sp = read_sentencepiece(model_proto, where)
 
     @classmethod
     def load(cls, path: str | Path) -> Vocab:
-        return cls(Path(path).read_bytes())
+        return cls(Path(path).read_bytes(), str(path))
 
     def save(self, path: str | Path) -> None:
         """Write the model whole or not at all (temporary file, fsync, rename)."""
@@ -33,6 +60,7 @@ class Vocab:
         write_atomic(Path(path), self.proto, fault="vocab")
 
     @classmethod
+    @_clear_trainer_errors
     def train(cls, sentences: Iterable[str], vocab_size: int, seed_sentences: int = 2_000_000) -> Vocab:
         """Train BPE on the given sentences (source and target text together, for a shared vocabulary).
 
@@ -86,3 +114,14 @@ class Vocab:
 
     def pieces(self, ids: Iterable[int]) -> list[str]:
         return [self.sp.id_to_piece(int(i)) for i in ids]
+
+
+def _trainer_error(message: str, vocab_size: int) -> str:
+    """SentencePiece's trainer error (a line of C++ source and its check) as one line naming data.vocab_size."""
+    if (found := re.search(r"Vocabulary size too high \((\d+)\)\. Please set it to a value <= (\d+)", message)):
+        return (f"data.vocab_size {vocab_size:,} is more than the training text allows: "
+                f"SentencePiece can make at most {int(found[2]):,} pieces from it")
+    if (found := re.search(r"Vocabulary size is smaller than required_chars\. (\d+) vs (\d+)", message)):
+        return (f"data.vocab_size {vocab_size:,} is less than the training text needs: "
+                f"at least {int(found[2]):,} pieces (each of its characters, and the special tokens)")
+    return f"SentencePiece could not train a vocabulary of {vocab_size:,} pieces: {message.splitlines()[0]}"

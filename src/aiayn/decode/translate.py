@@ -30,6 +30,23 @@ class SentenceTooLong(ValueError):
         self.index, self.detail = index, detail
 
 
+def check_device(device: str | torch.device, what: str = "device") -> torch.device:
+    """device as a torch.device that this machine has; a ValueError naming it otherwise."""
+    try:
+        device = torch.device(device)
+    except (RuntimeError, TypeError) as err:
+        raise ValueError(f"{what} {device!r}: not a device name ({str(err).splitlines()[0]})") from None
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            why = "this PyTorch build has no CUDA support" if torch.version.cuda is None else "no CUDA GPU is visible"
+            raise ValueError(f"{what} {device}: CUDA is not available ({why}); use --device cpu")
+        if device.index is not None and device.index >= torch.cuda.device_count():
+            raise ValueError(f"{what} {device}: there are only {torch.cuda.device_count()} CUDA devices")
+    if device.type == "mps" and not torch.backends.mps.is_available():
+        raise ValueError(f"{what} {device}: MPS is not available on this machine")
+    return device
+
+
 class Translation(NamedTuple):
     text: str
     score: float  # length-penalised log-probability, what the search ranked by
@@ -49,7 +66,10 @@ class Translator:
         max_tokens: int | None = None,
         truncate: bool = False,
     ):
-        self.device = torch.device(device)
+        self.device = check_device(device)
+        for name, value in (("batch_size", batch_size), ("max_tokens", max_tokens)):
+            if value is not None and not (isinstance(value, int) and value >= 1):
+                raise ValueError(f"{name} = {value!r}: must be an integer of at least 1")
         self.model = model.to(self.device).eval()
         self.tokenizer = tokenizer
         self.config = decode_config
@@ -70,6 +90,7 @@ class Translator:
         from ..marian.convert import model_config
         from . import backend
 
+        check_device(device)
         if int8:  # weights mapped from the file and quantised a layer at a time: never all float32 at once
             from .quantize import quantize_int8
 
@@ -98,6 +119,9 @@ class Translator:
         config = self.config.replace(**{k: v for k, v in options.items() if v is not None})
         if config.n_best > config.beam_size and not config.sample:
             raise ValueError(f"n_best {config.n_best} is more than the beam size {config.beam_size}")
+        vocab = self.model.config.target_vocab_size
+        if config.beam_size > vocab and not config.sample:  # a beam holds distinct continuations
+            raise ValueError(f"beam_size {config.beam_size} is more than the {vocab:,} tokens of the target vocabulary")
         return config
 
     def translate(self, sentences: list[str], **options: Any) -> list[str]:

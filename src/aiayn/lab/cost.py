@@ -37,3 +37,42 @@ TABLE2: tuple[Table2Row, ...] = (
 def paper_flops(hours: float, gpus: int = PAPER_GPUS, flops_per_gpu: float = P100_FLOPS) -> float:
     """The paper's estimate: training time x number of GPUs x sustained single-precision rate."""
     return hours * 3600 * gpus * flops_per_gpu
+
+
+PAPER_BATCH_TOKENS = 25_000  # source tokens and target tokens per batch (§5.1)
+PAPER_STEPS = {"base": 100_000, "big": 300_000}  # §5.2
+PAPER_HOURS = {"base": BASE_HOURS, "big": BIG_HOURS}
+
+
+def counted_flops(config, steps: int, batch_tokens: int = PAPER_BATCH_TOKENS, length: int = 25) -> float:
+    """Training FLOPs counted from the model's matrix products (aiayn.train.flops) for `steps` batches of
+    batch_tokens per side, in sentences of `length` word pieces: about 6 x parameters x tokens plus attention."""
+    from ..train.flops import train_flops
+
+    sentences = batch_tokens // length
+    return steps * train_flops(config, sentences, length, length)
+
+
+def six_n_d(parameters: int, tokens: float) -> float:
+    """The rule of thumb: 2 FLOPs per parameter per token forward, 4 backward."""
+    return 6.0 * parameters * tokens
+
+
+def machine_rate(size: int = 1024, seconds: float = 0.5) -> float:
+    """This machine's sustained float32 rate in FLOP/s: square matrix products for about `seconds`."""
+    import time
+
+    import torch
+
+    a, b = torch.randn(size, size), torch.randn(size, size)
+    a @ b  # warm-up
+    count, began = 0, time.perf_counter()
+    while (elapsed := time.perf_counter() - began) < seconds:
+        a @ b
+        count += 1
+    return count * 2 * size**3 / elapsed
+
+
+def utilisation(counted: float, estimated: float) -> float:
+    """The share of the assumed sustained rate that the counted FLOPs would have used."""
+    return counted / estimated

@@ -67,7 +67,7 @@ def model_config(directory: str | Path) -> ModelConfig:
     """The ModelConfig of an aiayn or Marian directory, from its config.json alone (no weights read)."""
     if detect_format(directory) == "marian":
         return model_config_from_marian(read_marian_config(directory), unk_id=1)  # sizes only: any id will do
-    return ModelConfig.from_dict(io.read_config(directory)["model"])
+    return io.read_model_config(directory)
 
 
 def load_any(
@@ -78,7 +78,10 @@ def load_any(
     if detect_format(directory) == "marian":
         return load_marian(directory, device, read)
     meta = io.read_config(directory)
-    decode = DecodeConfig(**meta["decode"]) if "decode" in meta else None
+    try:
+        decode = DecodeConfig.from_dict(meta["decode"]) if "decode" in meta else None
+    except ValueError as err:
+        raise ValueError(f"{Path(directory) / io.CONFIG}: decode: {err}") from None
     return io.load_model(directory, device, read), load_tokenizer(directory), decode
 
 

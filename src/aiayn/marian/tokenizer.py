@@ -15,6 +15,8 @@ from pathlib import Path
 
 import sentencepiece as spm
 
+from ..data.vocab import read_sentencepiece
+
 SOURCE_SPM, TARGET_SPM, VOCAB, TARGET_VOCAB = "source.spm", "target.spm", "vocab.json", "target_vocab.json"
 TOKENIZER_CONFIG = "tokenizer_config.json"
 SPECIAL = {"eos": "</s>", "unk": "<unk>", "pad": "<pad>"}
@@ -25,9 +27,12 @@ def read_json(path: Path) -> dict:
     if not path.is_file():
         raise FileNotFoundError(f"{path.parent}: no {path.name}; not a Marian model directory")
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as err:
         raise ValueError(f"{path}: not valid JSON ({err})") from None
+    if not isinstance(value, dict):
+        raise ValueError(f"{path}: expected a JSON object, not {json.dumps(value)[:40]}")
+    return value
 
 
 def read_vocab(path: Path) -> dict[str, int]:
@@ -47,9 +52,10 @@ class MarianTokenizer:
     """Text <-> ids for a Marian model: source/target SentencePiece models and vocab.json ids."""
 
     def __init__(self, source_spm: bytes, target_spm: bytes, vocab: dict[str, int],
-                 target_vocab: dict[str, int] | None = None):
-        self.source_sp = spm.SentencePieceProcessor(model_proto=source_spm)
-        self.target_sp = spm.SentencePieceProcessor(model_proto=target_spm)
+                 target_vocab: dict[str, int] | None = None, where: dict[str, str] | None = None):
+        where = where or {}  # file name -> its path, for errors
+        self.source_sp = read_sentencepiece(source_spm, where.get(SOURCE_SPM, SOURCE_SPM))
+        self.target_sp = read_sentencepiece(target_spm, where.get(TARGET_SPM, TARGET_SPM))
         self.source_proto, self.target_proto = source_spm, target_spm
         self.vocab = vocab
         self.target_vocab = target_vocab if target_vocab is not None else vocab
@@ -70,7 +76,7 @@ class MarianTokenizer:
         if settings.get("separate_vocabs"):
             target_vocab = read_vocab(directory / TARGET_VOCAB)
         return cls((directory / SOURCE_SPM).read_bytes(), (directory / TARGET_SPM).read_bytes(),
-                   read_vocab(directory / VOCAB), target_vocab)
+                   read_vocab(directory / VOCAB), target_vocab, {n: str(directory / n) for n in (SOURCE_SPM, TARGET_SPM)})
 
     @property
     def separate_vocabs(self) -> bool:

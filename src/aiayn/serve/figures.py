@@ -43,9 +43,10 @@ def cost_figure(model_dir: Path) -> dict[str, Any]:
             if path.stat().st_size > 1 << 20:
                 raise ValueError("larger than 1 MiB")
             data = json.loads(path.read_text(encoding="utf-8"))
-            bleu, flops = float(data["test_bleu"]), float(data["train_flops"])
+            counted = data["matmul_flops"] if "matmul_flops" in data else data["train_flops"]  # (the older name)
+            bleu, flops = float(data["test_bleu"]), float(counted)
             if not (math.isfinite(bleu) and math.isfinite(flops) and flops > 0):
-                raise ValueError("test_bleu or train_flops is not a positive number")
+                raise ValueError("test_bleu or matmul_flops is not a positive number")
         except (OSError, ValueError, KeyError, TypeError) as err:
             skipped.append({"run": path.parent.name, "why": f"{type(err).__name__}: {err}"})
             continue

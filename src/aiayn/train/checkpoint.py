@@ -51,33 +51,45 @@ class TrainState:
     scaler: dict[str, Any] = field(default_factory=dict)  # fp16's GradScaler state; {} otherwise
 
 
-def save(directory: Path, model: Transformer, vocab_proto: bytes | None, optimizer: torch.optim.Optimizer,
-         stream: BatchStream, state: TrainState, elapsed: float, scaler: torch.amp.GradScaler | None, keep: int) -> None:
-    """Every rank's RNG states to rank 0, which writes checkpoints/step-N with all an exact resume needs."""
-    state.elapsed, state.data = elapsed, stream.state_dict()
-    state.rng = all_rng_states()
-    state.scaler = scaler.state_dict() if scaler is not None else {}  # fp16's loss scale; {} otherwise
-    if distributed.is_main():
-        save_checkpoint(directory, model, vocab_proto, optimizer.state_dict(), state, keep)
-    distributed.barrier()
+@dataclass
+class Checkpoints:
+    """What a run saves at each checkpoint and restores on resume, besides its TrainState."""
 
+    directory: Path  # OUT/checkpoints
+    model: Transformer  # the unwrapped model (no DDP, no torch.compile)
+    vocab_proto: bytes | None  # written beside the weights as spm.model
+    optimizer: torch.optim.Optimizer
+    stream: BatchStream  # the data position
+    scaler: torch.amp.GradScaler | None  # fp16's loss scale
+    keep: int  # the last K are kept; 0 = all
 
-def resume(checkpoint: Path, model: Transformer, optimizer: torch.optim.Optimizer, stream: BatchStream,
-           device: torch.device, scaler: torch.amp.GradScaler | None, seed: int) -> TrainState:
-    """Restore weights, optimizer, this rank's RNG states and the data position; return the TrainState."""
-    from safetensors.torch import load_model as load_weights
+    def latest(self) -> Path | None:
+        return latest_checkpoint(self.directory)
 
-    state, optimizer_state = load_checkpoint(checkpoint)  # first: a refused state leaves the model untouched
-    load_weights(model, str(checkpoint / "model.safetensors"), device=str(device))
-    optimizer.load_state_dict(optimizer_state)
-    stream.load_state_dict(state.data)
-    rank = distributed.rank()
-    set_rng_state(state.rng[min(rank, len(state.rng) - 1)])
-    if rank >= len(state.rng):  # more ranks than were saved: a dropout stream of its own for each new one
-        torch.manual_seed(seed + rank + 1_000_003 * state.step)
-    if scaler is not None and state.scaler:
-        scaler.load_state_dict(state.scaler)
-    return state
+    def save(self, state: TrainState, elapsed: float) -> None:
+        """Every rank's RNG states to rank 0, which writes checkpoints/step-N with all an exact resume needs."""
+        state.elapsed, state.data = elapsed, self.stream.state_dict()
+        state.rng = all_rng_states()
+        state.scaler = self.scaler.state_dict() if self.scaler is not None else {}  # {} unless fp16
+        if distributed.is_main():
+            save_checkpoint(self.directory, self.model, self.vocab_proto, self.optimizer.state_dict(), state, self.keep)
+        distributed.barrier()
+
+    def resume(self, checkpoint: Path, device: torch.device, seed: int) -> TrainState:
+        """Restore weights, optimizer, this rank's RNG states and the data position; return the TrainState."""
+        from safetensors.torch import load_model as load_weights
+
+        state, optimizer_state = load_checkpoint(checkpoint)  # first: a refused state leaves the model untouched
+        load_weights(self.model, str(checkpoint / WEIGHTS), device=str(device))
+        self.optimizer.load_state_dict(optimizer_state)
+        self.stream.load_state_dict(state.data)
+        rank = distributed.rank()
+        set_rng_state(state.rng[min(rank, len(state.rng) - 1)])
+        if rank >= len(state.rng):  # more ranks than were saved: a dropout stream of its own for each new one
+            torch.manual_seed(seed + rank + 1_000_003 * state.step)
+        if self.scaler is not None and state.scaler:
+            self.scaler.load_state_dict(state.scaler)
+        return state
 
 
 def checkpoint_steps(directory: Path) -> list[tuple[int, Path]]:

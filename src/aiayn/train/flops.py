@@ -1,7 +1,10 @@
-"""Training FLOPs, counted from the matrix products, as Table 2 estimates a model's training cost.
+"""FLOPs of the training steps' matrix products, counted from the shapes of the padded batches.
 
 A multiply-add is 2 FLOPs; the backward pass costs twice the forward pass, so a training step
-is 3x the forward FLOPs. Layer norms, softmaxes and the like are left out (a few percent).
+is 3x the forward FLOPs. Layer norms, softmaxes and the like are left out (a few percent), and
+padded positions are counted as the hardware computes them. This is not Table 2's number: the
+paper estimates training cost as training time x number of GPUs x an assumed sustained
+single-precision FLOP/s per GPU (results.json's device_seconds times that rate gives it).
 """
 
 from __future__ import annotations

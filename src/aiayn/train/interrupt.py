@@ -9,25 +9,26 @@ from __future__ import annotations
 
 import signal
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 
 
 class StopRequest:
-    def __init__(self, log: Callable[[str], None]):
-        self.requested, self.log = False, log
+    """The SIGINT handler: only sets a flag (printing from a signal handler could re-enter a write)."""
+
+    def __init__(self):
+        self.requested = False
 
     def __call__(self, signum, frame) -> None:
         if self.requested:
             raise KeyboardInterrupt
         self.requested = True
-        self.log("\ninterrupted: finishing this step, then saving a checkpoint and evaluating (Ctrl-C again to quit)")
 
 
 @contextmanager
-def deferred_sigint(log: Callable[[str], None]) -> Iterator[StopRequest]:
+def deferred_sigint() -> Iterator[StopRequest]:
     """Within the block, a first Ctrl-C sets `.requested` instead of raising (main thread only)."""
-    request = StopRequest(log)
+    request = StopRequest()
     if threading.current_thread() is not threading.main_thread():
         yield request
         return

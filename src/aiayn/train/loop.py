@@ -11,11 +11,8 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
-import math
 import random
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -23,17 +20,18 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from tqdm import tqdm
 
 from .. import faults
 from ..data.batching import Batch, BatchStream, collate, make_batches
-from ..data.corpus import EncodedCorpus, encode_pairs, find_file, read_parallel
+from ..data.corpus import EncodedCorpus, cache_key, encode_pairs, find_file, read_parallel
 from ..data.vocab import Vocab
-from ..io import load_model, write_atomic
+from ..evaluate import tokenized_bleu
+from ..decode.layout import for_decoding
+from ..io import load_model, read_column_major, read_safetensors, write_atomic
 from ..model import Transformer
 from ..recipe import Recipe
-from . import distributed, precision, run_folder
-from .checkpoint import TrainState, average_checkpoints, checkpoint_steps, latest_checkpoint, resume, save
+from . import distributed, precision, progress, run_folder
+from .checkpoint import Checkpoints, TrainState, average_checkpoints, checkpoint_steps
 from .flops import train_flops
 from .interrupt import deferred_sigint
 from .loss import label_smoothed_nll
@@ -86,24 +84,17 @@ def start_model(recipe: Recipe, out: Path, init: str | Path | None, log: Log) ->
     return Start(Transformer(recipe.model_config(len(vocab))).train(), vocab, vocab.proto)
 
 
-def tokenizer_digest(tokenizer) -> str:
-    """SHA-256 of a tokenizer's SentencePiece model(s): what an encoded cache depends on."""
-    protos = [getattr(tokenizer, name) for name in ("proto", "source_proto", "target_proto") if hasattr(tokenizer, name)]
-    return hashlib.sha256(b"".join(protos) or repr(tokenizer).encode()).hexdigest()
-
-
 def load_split(recipe: Recipe, prefix: str, tokenizer, cache: Path, log: Log) -> EncodedCorpus:
     """A parallel split, encoded and length-filtered once, then read back from cache (rebuilt if not whole)."""
     d = recipe.data
     if d.format == "ptb":  # issue 16: sentences and linearised trees from a file range of the treebank
         from ..parse.data import read_split
 
-        paths, where, extra = [Path(d.archive)], f"{d.archive}: {prefix}", [prefix]
+        paths, where = [Path(d.archive)] * 2, f"{d.archive}: {prefix}"
+        key = f"{cache_key(*paths, tokenizer, d.max_subwords)} {prefix}"
     else:
         paths = [find_file(prefix, d.src_lang), find_file(prefix, d.tgt_lang)]
-        where, extra = f"{paths[0]} / {paths[1]}", []
-    files = [(str(p.resolve()), p.stat().st_size, p.stat().st_mtime_ns) for p in paths]
-    key = hashlib.sha256(json.dumps([files, tokenizer_digest(tokenizer), d.max_subwords, *extra]).encode()).hexdigest()
+        where, key = f"{paths[0]} / {paths[1]}", cache_key(*paths, tokenizer, d.max_subwords)
     corpus = EncodedCorpus.load(cache, key)
     distributed.barrier()  # every rank has looked before rank 0 writes the cache
     if corpus is not None:
@@ -177,9 +168,10 @@ def _train(recipe: Recipe, out: Path, init: str | Path | None, log: Log) -> dict
     dtype = precision.autocast_dtype(cfg.bf16, cfg.fp16)  # None = fp32, as in the paper
     precision.check_device(device, dtype)
     scaler = precision.grad_scaler(device, dtype)  # active for fp16 only
-    checkpoints = out / "checkpoints"
-    if (last := latest_checkpoint(checkpoints)) is not None:
-        state = resume(last, model, optimizer, stream, device, scaler, cfg.seed)
+    checkpoints = Checkpoints(out / "checkpoints", model, start.vocab_proto, optimizer, stream, scaler,
+                              cfg.keep_checkpoints)
+    if (last := checkpoints.latest()) is not None:
+        state = checkpoints.resume(last, device, cfg.seed)
         log(f"resumed from {last} (step {state.step:,}, {state.elapsed / 60:.1f} min, epoch {stream.epoch})")
     else:
         state = TrainState()
@@ -190,13 +182,12 @@ def _train(recipe: Recipe, out: Path, init: str | Path | None, log: Log) -> dict
     log(f"{model.num_parameters():,} parameters; {len(corpus):,} pairs, {len(stream)} batches an epoch; "
         f"{accum} micro-batch(es) of {cfg.batch_tokens:,} tokens per step x {world} process(es); device {device}")
     writer = tensorboard_writer(out) if main else None
-    bar = tqdm(initial=state.step, total=cfg.max_steps, disable=not main, dynamic_ncols=True,
-               mininterval=1.0 if sys.stderr.isatty() else 60.0)
+    bar = progress.ProgressBar(cfg, state.step, state.elapsed, stream.epochs_done, disable=not main)  # nearest limit
     saved_at, began, tokens_before = state.step, time.perf_counter() - state.elapsed, state.tokens
     model.train()
-    with deferred_sigint(log) as ctrl_c, bar:  # Ctrl-C stops at the next step boundary; the bar closes on errors too
+    with deferred_sigint() as ctrl_c, bar:  # Ctrl-C stops at the next step boundary; the bar closes on errors too
         while not distributed.any_rank(ctrl_c.requested or stop(recipe, state.step, time.perf_counter() - began,
-                                                                stream.epoch), device):
+                                                                stream.epochs_done), device):
             # 1. the learning rate of eq. (3)
             lr = rate(state.step + 1, model.config.d_model, cfg.warmup_steps, cfg.lr_factor)
             for group in optimizer.param_groups:
@@ -204,7 +195,7 @@ def _train(recipe: Recipe, out: Path, init: str | Path | None, log: Log) -> dict
             # 2. micro-batches: each rank's share; loss divided by the target tokens of the whole step
             step_batches = [stream.next() for _ in range(accum * world)]  # the same for any world size
             batches = [to_batch(corpus, ids, model, device) for ids in step_batches[rank::world]]  # r, r + world, ...
-            n_tokens = distributed.all_reduce_sum(sum(b.n_tgt for b in batches), device)
+            n_tokens = distributed.all_reduce_sum(sum(b.n_tgt for b in batches), device)  # real target tokens
             loss_sum = 0.0
             for i, b in enumerate(batches):
                 # all-reduce the gradients once, after the last micro-batch (DDP's no_sync before it)
@@ -225,30 +216,35 @@ def _train(recipe: Recipe, out: Path, init: str | Path | None, log: Log) -> dict
             state.step += 1
             faults.point("train.after-step")
             # 4. log, evaluate and checkpoint at intervals
-            state.tokens += sum(b.n_src + b.n_tgt for b in batches) * world  # source + target, padding excluded
+            n_src = distributed.all_reduce_sum(sum(b.n_src for b in batches), device)  # real source tokens
+            step_loss = distributed.all_reduce_sum(loss_sum, device) / n_tokens  # all ranks' loss per target token
+            state.tokens += n_src + n_tokens  # source + target, padding excluded
             rate_now = (state.tokens - tokens_before) / max(time.perf_counter() - began - state.elapsed, 1e-9)
-            bar.update(1)
-            bar.set_postfix(loss=f"{loss_sum / n_tokens:.3f}", lr=f"{lr:.2e}", tok_s=f"{rate_now:,.0f}", refresh=False)
+            bar.update(state.step, time.perf_counter() - began, stream.epochs_done, loss=f"{step_loss:.3f}",
+                       lr=f"{lr:.2e}", batch=f"{n_src:,.0f}+{n_tokens:,.0f}", tok_s=f"{rate_now:,.0f}")
             if writer and state.step % cfg.log_every == 0:
-                for name, value in (("loss", loss_sum / n_tokens), ("lr", lr), ("tokens_per_s", rate_now),
-                                    ("flops", state.flops)):
+                for name, value in (("loss", step_loss), ("lr", lr), ("tokens_per_s", rate_now), ("src_tokens", n_src),
+                                    ("tgt_tokens", n_tokens), ("matmul_flops", state.flops)):
                     writer.add_scalar(f"train/{name}", value, state.step)
             if main and cfg.eval_every and state.step % cfg.eval_every == 0:
                 evaluate(model, start.tokenizer, recipe, valid, valid_batches, device, writer, state.step, log)
             if cfg.save_every and state.step % cfg.save_every == 0:
-                save(checkpoints, model, start.vocab_proto, optimizer, stream, state, time.perf_counter() - began, scaler,
-                     cfg.keep_checkpoints)
+                checkpoints.save(state, time.perf_counter() - began)
                 saved_at = state.step
     elapsed = time.perf_counter() - began
+    if ctrl_c.requested:
+        log(f"interrupted at step {state.step:,}: saving a checkpoint and evaluating (Ctrl-C again to quit)")
     if state.step > saved_at:
-        save(checkpoints, model, start.vocab_proto, optimizer, stream, state, elapsed, scaler, cfg.keep_checkpoints)
-    log(f"trained {state.step:,} steps in {elapsed / 60:.1f} min; about {state.flops:.3g} training FLOPs (Table 2's measure)")
+        checkpoints.save(state, elapsed)
+    log(f"trained {state.step:,} steps in {elapsed / 60:.1f} min on {world} process(es); {state.flops:.3g} FLOPs in the "
+        f"training steps' matrix products (counted from the shapes, padding included)")
     distributed.close(joined)  # the rest (averaging, the test set) is rank 0's alone
     if not main:
         return {}
     results = finish(recipe, out, start, device, log)
-    results.update(steps=state.step, minutes=elapsed / 60, train_flops=state.flops, tokens=state.tokens,
-                   epoch=stream.epoch, tokens_per_s=state.tokens / max(elapsed, 1e-9))
+    results.update(steps=state.step, minutes=elapsed / 60, device_seconds=elapsed * world, matmul_flops=state.flops,
+                   tokens=state.tokens, epoch=stream.epoch, epochs_done=stream.epochs_done,
+                   tokens_per_s=state.tokens / max(elapsed, 1e-9))
     write_atomic(out / "results.json", json.dumps(results, indent=2).encode(), fault="results")
     faults.point("final.after-results")
     if writer:
@@ -256,10 +252,9 @@ def _train(recipe: Recipe, out: Path, init: str | Path | None, log: Log) -> dict
     return results
 
 
-def stop(recipe: Recipe, step: int, seconds: float, epoch: int) -> bool:
-    cfg = recipe.train
-    return (step >= cfg.max_steps or (cfg.max_minutes > 0 and seconds >= cfg.max_minutes * 60)
-            or (cfg.max_epochs > 0 and epoch > cfg.max_epochs))
+def stop(recipe: Recipe, step: int, seconds: float, epochs: float) -> bool:
+    """max_steps, max_minutes or max_epochs reached; epochs counts finished ones and the current one's fraction."""
+    return progress.stop(recipe.train, step, seconds, epochs)
 
 
 def tensorboard_writer(out: Path):
@@ -302,7 +297,8 @@ def finish(recipe: Recipe, out: Path, start: Start, device: torch.device, log: L
 
         save_tokenizer(start.tokenizer, out / "model")
     log(f"{out / 'model'}: the mean of {len(last)} checkpoint(s): {', '.join(p.name for p in last)}")
-    model = load_model(out / "model", device)
+    read = read_column_major if device.type == "cpu" else read_safetensors
+    model = for_decoding(load_model(out / "model", device, read))  # only decoded from here on: laid out for it
     results: dict = {"averaged": [p.name for p in last]}
     if d.test and d.format == "ptb":  # issue 16: parse the test sentences, score the trees with EVALB's rules
         from ..parse.data import test_parser
@@ -313,10 +309,12 @@ def finish(recipe: Recipe, out: Path, start: Start, device: torch.device, log: L
         began = time.perf_counter()
         hyp = translate_texts(model, start.tokenizer, src, cfg.beam_size, cfg.alpha, device)
         bleu, signature = sacrebleu_score(hyp, ref)
+        tokenized = tokenized_bleu(hyp, ref, d.tgt_lang)  # the paper's way (tensor2tensor's get_ende_bleu.sh)
         for s, h, r in list(zip(src, hyp, ref))[:3]:
             log(f"  source     {s}\n  reference  {r}\n  aiayn      {h}")
-        log(f"test BLEU {bleu:.2f} on {len(src):,} sentences of {d.test} ({signature}), "
-            f"decoded in {time.perf_counter() - began:.0f} s")
-        results.update(test_bleu=bleu, signature=signature, test=d.test)
+        log(f"test BLEU {bleu:.2f} on {len(src):,} sentences of {d.test} ({signature}), decoded in "
+            f"{time.perf_counter() - began:.0f} s; tokenised BLEU {tokenized.score:.2f} ({tokenized.signature})")
+        results.update(test_bleu=bleu, signature=signature, test_tokenized_bleu=tokenized.score,
+                       tokenized_signature=tokenized.signature, test=d.test)
         write_atomic(out / "test.hyp", ("\n".join(hyp) + "\n").encode())
     return results

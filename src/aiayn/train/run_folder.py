@@ -13,6 +13,7 @@ OUT/recipe.resolved.yaml when OUT/recipe.yaml is the recipe the user named.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 from pathlib import Path
@@ -51,6 +52,10 @@ def lock(out: Path) -> IO[str] | None:
         f.close()
         raise RunFolderError(f"{out}: another `aiayn train` (pid {holder}) is using this folder; "
                              f"wait for it to end, or choose another --out") from None
+    except OSError as err:
+        if err.errno not in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS):
+            raise
+        return f  # a file system without locks (some network file systems): run unlocked
     f.seek(0)
     f.truncate()
     f.write(f"{os.getpid()}\n")
@@ -121,7 +126,7 @@ def changes(old: dict[str, Any], recipe: Recipe) -> list[str]:
 def _model_fields(section: dict[str, Any]) -> dict[str, Any]:
     """The ModelConfig a model section names (preset and overrides resolved), as a dict."""
     try:
-        return Recipe(model=dict(section)).model_config(1).to_dict()
+        return Recipe(model=dict(section)).model_config(1 << 16).to_dict()  # any vocabulary size: it is compared as data
     except (TypeError, ValueError):
         return dict(section)
 

@@ -1,0 +1,99 @@
+"""`aiayn paper [--out DIR] [--model DIR] [--quick]`: the paper's claims measured here, as a report.
+
+`aiayn paper table3 --minutes M` reruns Table 3's variations at small scale (a benchmark).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("what", nargs="?", choices=["report", "table3"], default="report",
+                        help="report (default): OUT/report.md and .html; table3: Table 3 rerun small")
+    parser.add_argument("--out", default="paper-lab", help="the folder to write (default paper-lab)")
+    parser.add_argument("--model", help="a trained model directory, or a training folder (with model/ and "
+                                        "checkpoints/); default: train a small Multi30k model first")
+    parser.add_argument("--quick", action="store_true", help="a tiny model and short measurements, under 2 minutes")
+    parser.add_argument("--layer", type=int, help="the encoder layer of item 6, from 1 (default: the one before the last)")
+    parser.add_argument("--minutes", type=float, help="training minutes: of the lab's model, or of each Table 3 row")
+    parser.add_argument("--rows", nargs="*", help="table3: the rows to run (e.g. h=1 d_k=16 N=2); default all")
+    parser.add_argument("--base", choices=["lab", "recipe"], default="lab",
+                        help="table3: the small base, the lab's 2+2-layer model (default) or the recipe's 3+3-layer one")
+    parser.add_argument("--bleu-sentences", type=int, default=500, help="table3: validation sentences decoded for BLEU")
+    parser.add_argument("--threads", type=int, default=0, help="torch CPU threads; 0 = 1 with --quick, else torch's default")
+
+
+def model_and_run(args: argparse.Namespace, out: Path) -> tuple[Path, Path | None, dict | None]:
+    """The model directory, the training folder (checkpoints) and its results, training one if needed."""
+    if args.model:
+        given = Path(args.model)
+        if (given / "model").is_dir():  # a training folder
+            results = given / "results.json"
+            return given / "model", given, json.loads(results.read_text()) if results.is_file() else None
+        if not given.is_dir():
+            raise FileNotFoundError(f"--model {given}: no such model directory")
+        return given, None, None
+    from ..lab.trained import train_small
+
+    run = out / "run"
+    print(f"training a small Multi30k model into {run} ({'quick' if args.quick else 'a few minutes'}) ...")
+    results = train_small(run, args.quick, log=lambda _: None, minutes=args.minutes, threads=args.threads)
+    results.pop("recipe", None)
+    return run / "model", run, results
+
+
+def report(args: argparse.Namespace) -> int:
+    import importlib.util
+
+    import torch
+
+    if importlib.util.find_spec("matplotlib") is None:
+        raise ValueError("the report's figures need matplotlib: pip install 'aiayn[plots]'")
+
+    from ..lab.claims import verdict
+    from ..lab.measure import measure_all
+    from ..lab.report import write_report
+
+    out = Path(args.out)
+    model_dir, run, results = model_and_run(args, out)
+    layer = None if args.layer is None else args.layer - 1
+    m = measure_all(model_dir, run, results, args.quick, layer, print)
+    m["threads"] = torch.get_num_threads()
+    m["trained_here"] = not args.model
+    path, claims = write_report(m, out)
+    for c in claims:
+        print(f"  {c.id:5s} {verdict(c):14s} {c.claim}")
+    print(f"{path} and {path.with_suffix('.html')}: {sum(c.holds is True for c in claims)} of {len(claims)} claims hold")
+    return 0
+
+
+def table3(args: argparse.Namespace) -> int:
+    from ..io import write_atomic
+    from ..lab.table3 import run_table3, table_markdown
+
+    if args.minutes is None or args.minutes <= 0:
+        raise ValueError("table3 needs --minutes M > 0: the training time of each row")
+    out = Path(args.out) / "table3"
+    rows = run_table3(out, args.minutes, args.rows, args.bleu_sentences, args.threads, args.base)
+    text = table_markdown(rows, args.minutes)
+    write_atomic(out / "table3.md", text.encode())
+    write_atomic(out / "table3.json", json.dumps(rows, indent=2).encode())
+    print(text)
+    print(f"{out / 'table3.md'}, {out / 'table3.json'}")
+    return 0
+
+
+def run(args: argparse.Namespace) -> int:
+    import torch
+
+    if args.layer is not None and args.layer < 1:
+        raise ValueError(f"--layer {args.layer}: layers count from 1")
+    before = torch.get_num_threads()
+    torch.set_num_threads(args.threads or (1 if args.quick else before))
+    try:
+        return table3(args) if args.what == "table3" else report(args)
+    finally:
+        torch.set_num_threads(before)

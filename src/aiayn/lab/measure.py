@@ -1,0 +1,131 @@
+"""Every number of the report, gathered topic by topic from the lab's modules into one dictionary."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..config import ModelConfig
+from ..model import Transformer
+from . import anatomy, cost, details, forcing, heads, paths, positions, recurrence, softmax, variations
+
+Log = Callable[[str], None]
+D_KS = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024]
+DISTANCES = [2, 10, 50, 200]
+
+
+def languages(model: Transformer) -> tuple[str, str]:
+    """The model's source and target languages (en-de where the configuration does not say)."""
+    return getattr(model.config, "src_lang", None) or "en", getattr(model.config, "tgt_lang", None) or "de"
+
+
+def theory(quick: bool) -> dict[str, Any]:
+    """Items 2-5 and 7: the numbers that need no trained model."""
+    lengths = (16, 32, 64) if quick else (16, 64, 256, 1024)
+    kernels = {"convolutional": 3, "dilated": 2}
+    path_table = {kind: [paths.path_length(kind, d, k=kernels.get(kind, 3)) for d in DISTANCES] for kind in paths.KINDS}
+    exact = {kind: [paths.exact_path_length(kind, d, k=kernels.get(kind, 3)) for d in DISTANCES] for kind in paths.KINDS}
+    n_grid = np.array([16, 32, 64, 128, 256, 512, 1024, 2048])
+    return {
+        "trace": recurrence.scalar_trace(),
+        "agreement": recurrence.agreement()._asdict(),
+        "change": recurrence.change_one_word(),
+        "lengths": np.array(lengths),
+        "timings": recurrence.timings(lengths, repeats=2 if quick else 5),
+        "distances": DISTANCES, "path_lengths": path_table, "path_exact": exact,
+        "sequential": {kind: paths.sequential_operations(kind, 100) for kind in paths.KINDS},
+        "flops_n": n_grid, "layer_flops": paths.layer_flops(n_grid, 512),
+        "d_ks": np.array(D_KS),
+        "variance": softmax.dot_product_variance(D_KS, samples=5000 if quick else 20000),
+        "saturation": softmax.saturation(D_KS, samples=200 if quick else 1000),
+        "widget": {s: softmax.attention_weights(softmax.scaling_scores(2.0, 64), 64, s) for s in (True, False)},
+        "pe": positions.encoding(100, 128), "wavelengths": positions.wavelengths(512),
+        "pe_linearity": max(positions.linearity_error(k, 512, length=200) for k in (1, 5, 10, 50)),
+        "lr": details.learning_rate_curve(),
+        "additive": details.additive_vs_dot(repeats=3 if quick else 10),
+        "table3_counts": variations.table3_counts(),
+        "table3_has_d_k": variations.has_d_k_field(),
+    }
+
+
+def on_model(model: Transformer, tokenizer: Any, sentence: str, layer: int | None) -> dict[str, Any]:
+    """Items 1, 6, 8 and 12 on the trained model."""
+    one = anatomy.translate_one(model, tokenizer, sentence)
+    src = anatomy.source_ids(tokenizer, sentence)
+    tgt_in = torch.tensor([[model.config.bos_id] + one["output_ids"][:-1]])
+    src_lang, tgt_lang = languages(model)
+    return {
+        "one": one,
+        "heads": heads.where_it_looks(model, tokenizer, sentence, one["output_ids"], heads.PRONOUNS.get(src_lang, ("it",)),
+                                      layer, heads.PRONOUNS.get(tgt_lang, ())),
+        "forcing": forcing.teacher_forcing(model, src),
+        "loss": forcing.loss_by_hand(model, src, one["output_ids"]),
+        "shared": details.shared_matrix(model),
+        "masked": details.masked_weights(model, src, tgt_in),
+        "ffn": details.ffn_as_convolutions(model),
+        "equivariance": details.permutation_equivariance(model, src),
+    }
+
+
+def mask_experiment(tokenizer: Any, valid: tuple[list[str], list[str]]) -> dict[str, Any]:
+    """Item 8's last claim: a tiny model of the same kind trained with and without the causal mask."""
+    src, tgt = valid
+    n = 1000
+    pairs = list(zip(tokenizer.encode_source(src[:n]), tokenizer.encode_target(tgt[:n])))
+    pairs = [(s, t) for s, t in pairs if len(s) <= 40 and len(t) <= 40]
+    config = ModelConfig.preset("tiny", vocab_size=len(tokenizer), p_drop=0.0, max_len=128)
+    return forcing.mask_experiment(config, pairs[:-40], pairs[-40:], steps=600)
+
+
+def run_cost(results: dict[str, Any] | None, rate: float) -> dict[str, Any]:
+    """Item 9: the paper's two models counted both ways, and this machine's run."""
+    models = {}
+    for name in ("base", "big"):
+        counted = cost.counted_flops(ModelConfig.preset(name), cost.PAPER_STEPS[name])
+        estimated = cost.paper_flops(cost.PAPER_HOURS[name])
+        models[name] = {"estimated": estimated, "counted": counted, "utilisation": cost.utilisation(counted, estimated)}
+    out: dict[str, Any] = {"models": models, "machine_rate": rate}
+    counted = (results or {}).get("matmul_flops", (results or {}).get("train_flops"))  # the name before issue 15
+    if results and results.get("minutes") and counted:
+        seconds = results.get("device_seconds", results["minutes"] * 60)
+        out["run"] = {"minutes": results["minutes"], "steps": results.get("steps"), "counted": counted,
+                      "estimated": seconds * rate, "tokens": results.get("tokens")}
+    return out
+
+
+def measure_all(model_dir: Path, run_dir: Path | None, results: dict[str, Any] | None, quick: bool,
+                layer: int | None, log: Log) -> dict[str, Any]:
+    """Everything the report shows; run_dir holds checkpoints (for averaging) when the lab trained the model."""
+    from ..data.corpus import find_file, read_parallel
+    from ..marian import load_any
+    from .trained import REPO
+
+    began = time.perf_counter()
+    m: dict[str, Any] = {"quick": quick, "model_dir": str(model_dir)}
+    log("theory: recurrence, paths, softmax, positions ...")
+    m.update(theory(quick))
+    model, tokenizer, _ = load_any(model_dir)
+    model.eval()
+    src_lang, tgt_lang = languages(model)
+    m["languages"] = (src_lang, tgt_lang)
+    sentence = heads.SENTENCES.get(src_lang, heads.SENTENCES["en"])
+    log("the trained model: translation, heads, teacher forcing, small claims ...")
+    m.update(on_model(model, tokenizer, sentence, layer))
+    valid_prefix = REPO.parent / "shared" / "data" / "multi30k" / "val"
+    valid = read_parallel(find_file(valid_prefix, src_lang), find_file(valid_prefix, tgt_lang))
+    if not quick:  # two training runs: too long for --quick
+        log("training a tiny model with and without the causal mask ...")
+        m["mask"] = mask_experiment(tokenizer, valid)
+    if run_dir is not None:
+        log("the averaged checkpoint against the last one ...")
+        n = 100 if quick else 300
+        m["averaging"] = details.averaged_vs_last(run_dir, valid[0][:n], valid[1][:n])
+    m["cost"] = run_cost(results, cost.machine_rate())
+    m["results"] = {k: v for k, v in (results or {}).items() if isinstance(v, (int, float, str))}
+    m["seconds"] = time.perf_counter() - began
+    return m

@@ -1,0 +1,135 @@
+"""Table 3 rerun at small scale (§6.2): a small Multi30k model and each variation trained for M minutes.
+
+Each row's change is taken relative to the small base, in the paper's direction and ratio: h = 1,
+h / 2, 2h, 4h (the paper's 1, 4, 16, 32 against 8); d_k / 4 and d_k / 2; N about N/3, 2N/3, 4N/3;
+d_model and d_ff halved and doubled (d_k follows d_model / h); the dropout, label smoothing and
+positions rows as in the paper. Perplexity per word piece depends on the vocabulary, so each row is
+compared with the base by direction, not by value.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from ..config import ModelConfig
+from .variations import TABLE3, TRAIN_FIELDS, has_d_k_field
+
+LABELS = ("h=1", "h=4", "h=16", "h=32", "d_k=16", "d_k=32", "N=2", "N=4", "N=8", "d_model=256", "d_model=1024",
+          "d_ff=1024", "d_ff=4096", "P_drop=0.0", "P_drop=0.2", "eps_ls=0.0", "eps_ls=0.2", "learned positions")
+BASES = {"lab": "the lab's model (2+2 layers, d_model 128, h 4)", "recipe": "the recipe's (3+3 layers, d_model 256, h 4)"}
+
+
+def small_changes(label: str, base: ModelConfig) -> dict[str, Any]:
+    """The change of Table 3's row `label`, made relative to the small base."""
+    h, n, d_k = base.n_heads, base.n_layers, base.encoder.d_k
+    return {
+        "h=1": {"n_heads": 1}, "h=4": {"n_heads": max(1, h // 2)}, "h=16": {"n_heads": 2 * h}, "h=32": {"n_heads": 4 * h},
+        "d_k=16": {"d_k": max(1, d_k // 4)}, "d_k=32": {"d_k": max(1, d_k // 2)},
+        "N=2": {"n_layers": max(1, round(n / 3))}, "N=4": {"n_layers": max(1, round(2 * n / 3))},
+        "N=8": {"n_layers": round(4 * n / 3) if round(4 * n / 3) > n else n + 1},
+        "d_model=256": {"d_model": base.d_model // 2}, "d_model=1024": {"d_model": 2 * base.d_model},
+        "d_ff=1024": {"d_ff": base.d_ff // 2}, "d_ff=4096": {"d_ff": 2 * base.d_ff},
+        "P_drop=0.0": {"p_drop": 0.0}, "P_drop=0.2": {"p_drop": 0.2},
+        "eps_ls=0.0": {"label_smoothing": 0.0}, "eps_ls=0.2": {"label_smoothing": 0.2},
+        "learned positions": {"positions": "learned"},
+    }[label]
+
+
+def overrides(changes: dict[str, Any]) -> list[str]:
+    """Recipe overrides for a row's changes (label smoothing is the train section's)."""
+    return [f"--{'train' if k in TRAIN_FIELDS else 'model'}.{k}={v}" for k, v in changes.items()]
+
+
+def direction(delta: float, tolerance: float) -> int:
+    """-1, 0 or +1: the sign of a change, 0 within the tolerance."""
+    return 0 if abs(delta) <= tolerance else (1 if delta > 0 else -1)
+
+
+def agreement(ours: int, paper: int) -> str:
+    """How a change here compares with the paper's: same, opposite, or one of them flat."""
+    if ours == paper:
+        return "same"
+    if ours == 0:
+        return "no change here"
+    return "paper: no change" if paper == 0 else "opposite"
+
+
+def score_run(run: Path, valid: str, src_lang: str, tgt_lang: str, bleu_sentences: int) -> dict[str, float]:
+    """Dev perplexity (all pairs) and BLEU (beam 4, the first bleu_sentences) of run/model."""
+    from ..data.corpus import find_file, read_parallel
+    from ..decode.translate import Translator
+    from ..evaluate import perplexity, sacre_bleu
+
+    translator = Translator.load(run / "model")
+    src, ref = read_parallel(find_file(valid, src_lang), find_file(valid, tgt_lang))
+    ppl, _ = perplexity(translator.model, translator.tokenizer.encode_source(src), translator.tokenizer.encode_target(ref))
+    n = bleu_sentences or len(src)
+    bleu = sacre_bleu(translator.translate(src[:n], beam_size=4), ref[:n]).score
+    return {"ppl": ppl, "bleu": bleu}
+
+
+def base_overrides(base: str, minutes: float, threads: int) -> list[str]:
+    """The base run's recipe overrides: no test set, no averaging (Table 3 has none), M minutes."""
+    from .trained import FULL
+
+    if base not in BASES:
+        raise ValueError(f"unknown Table 3 base {base!r}; choose from {', '.join(BASES)}")
+    common = [f"--train.max_minutes={minutes}", "--train.average_last=1", "--train.save_every=100000",
+              "--train.eval_every=0", "--data.test="] + ([f"--train.threads={threads}"] if threads else [])
+    return ([o for o in FULL if "max_minutes" not in o] if base == "lab" else []) + common
+
+
+def run_table3(out: Path, minutes: float, labels: list[str] | None = None, bleu_sentences: int = 500,
+               threads: int = 0, base: str = "lab", log: Callable[[str], None] = print) -> list[dict[str, Any]]:
+    """Train the small base and each chosen row for `minutes`, score them, compare directions with the paper."""
+    from ..train.loop import train
+    from .trained import multi30k_recipe
+
+    unknown = sorted(set(labels or ()) - set(LABELS))
+    if unknown:
+        raise ValueError(f"unknown Table 3 rows: {', '.join(unknown)}; choose from {', '.join(LABELS)}")
+    common = base_overrides(base, minutes, threads)
+    base_config = multi30k_recipe(common).model_config(100)
+
+    def trained(name: str, changes: dict[str, Any]) -> dict[str, float]:
+        vocab = out / "base" / "spm.model"  # the base run's vocabulary: trained once, named by every row
+        recipe = multi30k_recipe(common + overrides(changes) + ([f"--data.vocab={vocab}"] if name != "base" else []))
+        run = out / name
+        log(f"== {name}: {' '.join(overrides(changes)) or BASES[base]}, {minutes} min")
+        results = train(recipe, run, log=lambda _: None)
+        d = recipe.data
+        return {**score_run(run, d.valid, d.src_lang, d.tgt_lang, bleu_sentences), "steps": results.get("steps", 0)}
+
+    paper_base, measured_base = TABLE3[0], trained("base", {})
+    rows = [{"label": "base", "group": "base", "change": BASES[base], **measured_base,
+             "paper_ppl": paper_base.ppl, "paper_bleu": paper_base.bleu}]
+    for row in (r for r in TABLE3 if r.label in LABELS and (labels is None or r.label in labels)):
+        changes = small_changes(row.label, base_config)
+        if "d_k" in changes and not has_d_k_field():
+            log(f"== {row.label}: skipped, ModelConfig has no d_k field yet")
+            continue
+        measured = trained(row.label.replace("=", "-").replace(" ", "-"), changes)
+        rows.append({"label": row.label, "group": row.group, "change": " ".join(overrides(changes)), **measured,
+                     "paper_ppl": row.ppl, "paper_bleu": row.bleu,
+                     "ppl_agrees": agreement(direction(measured["ppl"] - measured_base["ppl"], 0.01 * measured_base["ppl"]),
+                                             direction(row.ppl - paper_base.ppl, 0.005)),
+                     "bleu_agrees": agreement(direction(measured["bleu"] - measured_base["bleu"], 0.3),
+                                              direction(row.bleu - paper_base.bleu, 0.05))})
+        log(f"   ppl {measured['ppl']:.2f} (base {measured_base['ppl']:.2f}), "
+            f"BLEU {measured['bleu']:.2f} (base {measured_base['bleu']:.2f})")
+    return rows
+
+
+def table_markdown(rows: list[dict[str, Any]], minutes: float) -> str:
+    """The rerun beside the paper's: perplexity and BLEU, and whether each moves the same way."""
+    lines = [f"Table 3 at small scale: Multi30k En-De, {minutes} min of training a row; dev perplexity per word "
+             "piece (all 1,014 pairs) and BLEU (beam 4). The direction columns compare each row's change from "
+             "the base with the paper's.", "",
+             "| group | row | change here | steps | ppl | BLEU | paper ppl | paper BLEU | ppl direction | BLEU direction |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['group']} | {r['label']} | {r['change']} | {r['steps']:,} | {r['ppl']:.2f} | {r['bleu']:.2f} | "
+                     f"{r['paper_ppl']:.2f} | {r['paper_bleu']:.1f} | {r.get('ppl_agrees', '')} | {r.get('bleu_agrees', '')} |")
+    return "\n".join(lines) + "\n"
