@@ -106,7 +106,7 @@ def test_paper_recipes_have_the_papers_settings():
     assert big.train.max_steps == 300_000 and big.train.average_last == 20 and base.train.average_last == 5
     en_fr = load_recipe(REPO / "recipes" / "wmt14-en-fr-big.yaml")  # §6.1: big, P_drop 0.1; §5.1: 32,000 pieces
     assert en_fr.model_config(32000) == ModelConfig.preset("big", vocab_size=32000, p_drop=0.1, src_lang="en",
-                                                           tgt_lang="fr", max_len=en_fr.model_config(1).max_len)
+                                                           tgt_lang="fr", max_len=en_fr.model_config(37000).max_len)
     assert (en_fr.data.tgt_lang, en_fr.data.vocab_size, en_fr.train.max_steps) == ("fr", 32000, 300_000)
     assert dataclasses.asdict(en_fr.train) == dataclasses.asdict(big.train)  # training as En-De big's
 

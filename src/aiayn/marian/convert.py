@@ -62,7 +62,7 @@ def model_config(directory: str | Path) -> ModelConfig:
     """The ModelConfig of an aiayn or Marian directory, from its config.json alone (no weights read)."""
     if detect_format(directory) == "marian":
         return model_config_from_marian(read_marian_config(directory), unk_id=1)  # sizes only: any id will do
-    return ModelConfig.from_dict(io.read_config(directory)["model"])
+    return io.read_model_config(directory)
 
 
 def load_any(
