@@ -140,3 +140,17 @@ def test_pcfg_learns_more_than_right_branching(trees):
     pcfg = evalb(gold, [str(grammar.parse(t.words()) or "") for t in test]).all.f1
     floor = evalb(gold, [str(right_branching(t.words(), t.tags())) for t in test]).all.f1
     assert pcfg > floor + 15
+
+
+def test_parse_refuses_to_write_over_its_input_and_a_zero_beam(tmp_path, capsys):
+    """The line rules of `aiayn translate` hold for `aiayn parse` too: the input is never replaced."""
+    from aiayn.cli import main
+
+    words = tmp_path / "words.txt"
+    words.write_text("Mr. Vinken is chairman .\n")
+    before = words.read_bytes()
+    assert main(["parse", "--model", str(tmp_path), "-i", str(words), "-o", str(words)]) == 2
+    assert "the same file as -i" in capsys.readouterr().err and words.read_bytes() == before
+    with pytest.raises(SystemExit):
+        main(["parse", "--model", str(tmp_path), "--beam-size", "0"])
+    assert "--beam-size" in capsys.readouterr().err

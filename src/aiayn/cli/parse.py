@@ -15,18 +15,19 @@ import sys
 from pathlib import Path
 from typing import BinaryIO, TextIO
 
-from .translate import CHUNK, chunks, read_lines
+from .paths import input_file, output_file
+from .translate import CHUNK, _same_file, at_least, chunks, number, read_lines
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", required=True, help="a parsing model directory (aiayn train recipes/ptb-parse.yaml)")
-    parser.add_argument("--input", "-i", help="tokenised sentences, one a line (default: stdin)")
-    parser.add_argument("--output", "-o", help="where to write the trees (default: stdout)")
-    parser.add_argument("--beam-size", "-b", type=int, help="beam width (default 21, §6.3); 1 = greedy")
-    parser.add_argument("--alpha", type=float, help="length penalty alpha (default 0.3, §6.3)")
+    parser.add_argument("--input", "-i", type=input_file, help="tokenised sentences, one a line (default: stdin)")
+    parser.add_argument("--output", "-o", type=output_file, help="where to write the trees (default: stdout)")
+    parser.add_argument("--beam-size", "-b", type=at_least(1), help="beam width (default 21, §6.3); 1 = greedy")
+    parser.add_argument("--alpha", type=number(), help="length penalty alpha (default 0.3, §6.3)")
     parser.add_argument("--constrained", action="store_true",
                         help="search only well-formed trees over the words (not in the paper; see docs/parsing.md)")
-    parser.add_argument("--batch-size", type=int, default=32, help="sentences per batch (default 32)")
+    parser.add_argument("--batch-size", type=at_least(1), default=32, help="sentences per batch (default 32)")
     parser.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, ...")
     parser.add_argument("--truncate", action="store_true", help="cut sentences longer than the model takes")
 
@@ -48,6 +49,10 @@ def parse_stream(parser, stream: BinaryIO, name: str, out: TextIO) -> int:
 
 def run(args: argparse.Namespace) -> int:
     from ..parse.parser import Parser
+
+    if args.input and args.output and _same_file(args.input, args.output):
+        raise ValueError(f"-o {args.output}: the same file as -i {args.input}; the input would be replaced "
+                         f"by its trees; write to another file")
 
     parser = Parser.load(args.model, args.device, args.constrained, beam_size=args.beam_size, alpha=args.alpha,
                          batch_size=args.batch_size, truncate=args.truncate)
