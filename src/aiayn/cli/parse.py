@@ -10,12 +10,10 @@ Outputs that are not well-formed trees are repaired; how many is reported on std
 from __future__ import annotations
 
 import argparse
-import os
 import sys
-from pathlib import Path
 from typing import BinaryIO, TextIO
 
-from .paths import input_file, output_file
+from .paths import input_file, output_file, text_output
 from .translate import CHUNK, _same_file, at_least, chunks, number, read_lines
 
 
@@ -59,18 +57,8 @@ def run(args: argparse.Namespace) -> int:
     name = args.input or "<stdin>"
     stream = open(args.input, "rb") if args.input else sys.stdin.buffer
     try:
-        if args.output:
-            tmp = Path(args.output + ".tmp")
-            try:
-                with open(tmp, "w", encoding="utf-8", newline="\n") as out:
-                    parse_stream(parser, stream, name, out)
-                os.replace(tmp, args.output)
-            finally:
-                tmp.unlink(missing_ok=True)
-        else:
-            if hasattr(sys.stdout, "reconfigure"):
-                sys.stdout.reconfigure(encoding="utf-8")
-            parse_stream(parser, stream, name, sys.stdout)
+        with text_output(args.output) as out:
+            parse_stream(parser, stream, name, out)
     finally:
         if args.input:
             stream.close()

@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
+import sys
+from collections.abc import Iterator
 from pathlib import Path
+from typing import TextIO
 
 
 def input_file(text: str) -> str:
@@ -35,3 +40,20 @@ def check_output_folder(path: str | Path, flag: str) -> None:
             raise NotADirectoryError(f"{flag} {path}: {where} is a file, not a folder")
         if folder.exists():
             return
+
+
+@contextlib.contextmanager
+def text_output(path: str | None) -> Iterator[TextIO]:
+    """stdout as UTF-8, or the file at path written whole or not at all (path.tmp, then renamed)."""
+    if path is None:
+        if hasattr(sys.stdout, "reconfigure"):
+            sys.stdout.reconfigure(encoding="utf-8")
+        yield sys.stdout
+        return
+    tmp = Path(path + ".tmp")
+    try:
+        with open(tmp, "w", encoding="utf-8", newline="\n") as out:
+            yield out
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO, TextIO
 
-from .paths import input_file, output_file
+from .paths import input_file, output_file, text_output
 
 CHUNK = 2048  # lines sorted and batched together; memory stays bounded on files of any size
 
@@ -172,18 +172,8 @@ def run(args: argparse.Namespace) -> int:
         progress = tqdm(total=total, unit="line", file=sys.stderr, desc="translate")
     stream = open(args.input, "rb") if args.input else sys.stdin.buffer
     try:
-        if args.output:
-            tmp = Path(args.output + ".tmp")
-            try:
-                with open(tmp, "w", encoding="utf-8", newline="\n") as out:
-                    translate_stream(translator, stream, name, out, args.n_best, progress)
-                os.replace(tmp, args.output)
-            finally:
-                tmp.unlink(missing_ok=True)
-        else:
-            if hasattr(sys.stdout, "reconfigure"):
-                sys.stdout.reconfigure(encoding="utf-8")
-            translate_stream(translator, stream, name, sys.stdout, args.n_best, progress)
+        with text_output(args.output) as out:
+            translate_stream(translator, stream, name, out, args.n_best, progress)
     finally:
         if args.input:
             stream.close()
