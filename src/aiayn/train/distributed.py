@@ -37,6 +37,7 @@ def init(device: torch.device) -> tuple[torch.device, bool]:
 def close(joined: bool) -> None:
     """Leave the process group that `init` joined."""
     if joined and dist.is_initialized():
+        dist.barrier()  # no rank tears its connections down while another still has work on them
         dist.destroy_process_group()
 
 
