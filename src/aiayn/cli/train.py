@@ -17,6 +17,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..train import distributed
     from ..train.loop import train
 
     # The overrides swallow whatever follows the recipe, so --out and --init are picked out of them.
@@ -36,6 +37,7 @@ def run(args: argparse.Namespace) -> int:
             raise
         print(f"aiayn train: error: {err.filename + ': ' if err.filename else ''}{err.strerror or err}", file=sys.stderr)
         return 1
+    distributed.exit_rank(0)  # under torchrun: every file is written and closed; see exit_rank
     return 0
 
 
