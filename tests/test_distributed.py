@@ -192,6 +192,18 @@ def test_fp16_with_a_gradient_scaler_trains_and_saves_the_scaler(reference, tmp_
     assert scaler["scale"] == 2.0**16 and scaler["_growth_tracker"] == 15  # active, and no step overflowed
 
 
+def test_bf16_auto_follows_the_hardware(monkeypatch):
+    cpu = torch.device("cpu")
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False)
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: True)
+    assert precision.autocast_dtype("auto", False, cpu) is torch.bfloat16
+    assert precision.autocast_dtype("auto", True, cpu) is torch.float16  # fp16 by name wins over the guess
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False)
+    assert precision.autocast_dtype("auto", False, cpu) is None  # emulated bf16 is slower than fp32
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: True)
+    assert precision.autocast_dtype("auto", False, cpu) is torch.bfloat16
+
+
 def test_precision_flags():
     assert precision.autocast_dtype(False, False) is None
     assert precision.autocast_dtype(True, False) is torch.bfloat16

@@ -81,8 +81,10 @@ def test_recipe_overrides_are_type_checked(tmp_path):
         load_recipe(None, ["--train.warmup=10"])
     with pytest.raises(ValueError, match="ModelConfig has no field"):
         load_recipe(None, ["--model.layers=2"])
-    with pytest.raises(ValueError, match="expected true or false"):
+    with pytest.raises(ValueError, match="expected true or false or .*auto"):
         load_recipe(None, ["--train.bf16=maybe"])
+    assert load_recipe(None, ["--train.bf16=auto"]).train.bf16 == "auto"
+    assert load_recipe(None, ["--train.bf16=false"]).train.bf16 is False
     (tmp_path / "r.yaml").write_text("train:\n  max_steps: 1.5\n")
     with pytest.raises(ValueError, match=r"r\.yaml: train\.max_steps: expected an integer"):
         load_recipe(tmp_path / "r.yaml")

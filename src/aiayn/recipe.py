@@ -49,7 +49,7 @@ class TrainConfig:
     adam_eps: float = 1e-9
     label_smoothing: float = 0.1  # epsilon_ls (§5.4)
     clip_norm: float = 0.0  # gradient clipping; 0 = off (the paper does not clip)
-    bf16: bool = False  # bf16 autocast (CPU and CUDA)
+    bf16: bool | Literal["auto"] = False  # bf16 autocast; auto = where the hardware multiplies in bf16 (precision.py)
     fp16: bool = False  # fp16 autocast with a gradient scaler (older GPUs without bf16)
     compile: bool = False  # torch.compile the model (the first steps pay for the compilation)
     max_steps: int = 100_000  # the paper's base model: 100,000 steps
@@ -110,9 +110,14 @@ def _convert(value: Any, hint: Any, where: str) -> Any:
         if value is None or (isinstance(value, str) and value.lower() in ("none", "null")):
             if type(None) in args:
                 return None
-        for arg in args:
+        errors = []
+        for arg in args:  # the first type that takes the value: bool | Literal["auto"] takes true and "auto"
             if arg is not type(None):
-                return _convert(value, arg, where)
+                try:
+                    return _convert(value, arg, where)
+                except ValueError as err:
+                    errors.append(err)
+        raise ValueError(" or ".join([str(errors[0])] + [str(e).split(": ")[-1] for e in errors[1:]]))
     if origin is typing.Literal:
         if value not in typing.get_args(hint):
             raise ValueError(f"{where}: {value!r} is not one of {typing.get_args(hint)}")

@@ -165,7 +165,7 @@ def _train(recipe: Recipe, out: Path, init: str | Path | None, log: Log) -> dict
     stream = BatchStream([len(s) for s in corpus.src], [len(s) for s in corpus.tgt], cfg.batch_tokens, cfg.seed)
     accum = accumulation_steps(recipe, world)
     optimizer = torch.optim.Adam(model.parameters(), lr=0.0, betas=(cfg.beta1, cfg.beta2), eps=cfg.adam_eps, fused=True)
-    dtype = precision.autocast_dtype(cfg.bf16, cfg.fp16)  # None = fp32, as in the paper
+    dtype = precision.autocast_dtype(cfg.bf16, cfg.fp16, device)  # None = fp32, as in the paper
     precision.check_device(device, dtype)
     scaler = precision.grad_scaler(device, dtype)  # active for fp16 only
     checkpoints = Checkpoints(out / "checkpoints", model, start.vocab_proto, optimizer, stream, scaler,
@@ -180,10 +180,12 @@ def _train(recipe: Recipe, out: Path, init: str | Path | None, log: Log) -> dict
         model.compile()  # in place: the state dict keeps its names
     net = distributed.wrap(model, device)  # DDP with several ranks; save and evaluate `model`, the unwrapped one
     log(f"{model.num_parameters():,} parameters; {len(corpus):,} pairs, {len(stream)} batches an epoch; "
-        f"{accum} micro-batch(es) of {cfg.batch_tokens:,} tokens per step x {world} process(es); device {device}")
+        f"{accum} micro-batch(es) of {cfg.batch_tokens:,} tokens per step x {world} process(es); device {device}, "
+        f"{'fp32' if dtype is None else str(dtype).removeprefix('torch.') + ' autocast'}")
     writer = tensorboard_writer(out) if main else None
     bar = progress.ProgressBar(cfg, state.step, state.elapsed, stream.epochs_done, disable=not main)  # nearest limit
     saved_at, began, tokens_before = state.step, time.perf_counter() - state.elapsed, state.tokens
+    started = time.perf_counter()  # this process's start: tokens/s counts what it trained (save moves state.elapsed)
     model.train()
     with deferred_sigint() as ctrl_c, bar:  # Ctrl-C stops at the next step boundary; the bar closes on errors too
         while not distributed.any_rank(ctrl_c.requested or stop(recipe, state.step, time.perf_counter() - began,
@@ -219,7 +221,7 @@ def _train(recipe: Recipe, out: Path, init: str | Path | None, log: Log) -> dict
             n_src = distributed.all_reduce_sum(sum(b.n_src for b in batches), device)  # real source tokens
             step_loss = distributed.all_reduce_sum(loss_sum, device) / n_tokens  # all ranks' loss per target token
             state.tokens += n_src + n_tokens  # source + target, padding excluded
-            rate_now = (state.tokens - tokens_before) / max(time.perf_counter() - began - state.elapsed, 1e-9)
+            rate_now = (state.tokens - tokens_before) / max(time.perf_counter() - started, 1e-9)
             bar.update(state.step, time.perf_counter() - began, stream.epochs_done, loss=f"{step_loss:.3f}",
                        lr=f"{lr:.2e}", batch=f"{n_src:,.0f}+{n_tokens:,.0f}", tok_s=f"{rate_now:,.0f}")
             if writer and state.step % cfg.log_every == 0:
@@ -267,7 +269,7 @@ def evaluate(model: Transformer, tokenizer, recipe: Recipe, valid: EncodedCorpus
              device: torch.device, writer, step: int, log: Log) -> None:
     """Validation loss, per-word-piece perplexity and (optionally) BLEU on part of the validation set."""
     cfg = recipe.train
-    v = validation_loss(model, valid_batches, cfg.label_smoothing, device, cfg.bf16)
+    v = validation_loss(model, valid_batches, cfg.label_smoothing, device)  # fp32: comparable across runs
     text = f"step {step:,}: valid loss {v.loss:.3f}, nll {v.nll:.3f}, perplexity {v.perplexity:.2f}"
     if writer:
         writer.add_scalar("valid/loss", v.loss, step)

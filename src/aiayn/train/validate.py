@@ -11,7 +11,6 @@ from ..config import DecodeConfig
 from ..data.batching import Batch
 from ..decode.translate import Translator
 from ..model import Transformer
-from . import precision
 from .loss import label_smoothed_nll
 
 
@@ -22,14 +21,13 @@ class Validation(NamedTuple):
 
 
 @torch.no_grad()
-def validation_loss(model: Transformer, batches: list[Batch], epsilon: float, device: torch.device, bf16: bool = False) -> Validation:
-    """Teacher-forced loss and perplexity over all validation batches."""
+def validation_loss(model: Transformer, batches: list[Batch], epsilon: float, device: torch.device) -> Validation:
+    """Teacher-forced loss and perplexity over all validation batches, in fp32 whatever the training's precision."""
     was_training = model.training
     model.eval()
     loss_sum = nll_sum = n = 0.0
     for b in batches:
-        with precision.autocast(device, torch.bfloat16 if bf16 else None):
-            logits = model(b.src.to(device), b.tgt_in.to(device))
+        logits = model(b.src.to(device), b.tgt_in.to(device))
         loss, nll, count = label_smoothed_nll(logits, b.tgt_out.to(device), epsilon, model.config.pad_id)
         loss_sum, nll_sum, n = loss_sum + loss.item(), nll_sum + nll.item(), n + count
     model.train(was_training)
