@@ -131,9 +131,11 @@ def test_cli_n_best(model_dir, tmp_path):
 def test_cli_long_line_error_names_the_line(model_dir, tmp_path, capsys):
     src, out = tmp_path / "in.txt", tmp_path / "out.txt"
     src.write_text("Dogs.\nTwo cats.\n" + "word " * 200 + "\nA dog.\n", encoding="utf-8")
+    (tmp_path / "out.txt.tmp").write_text("the user's own file\n")  # never the temporary's name
     assert run_cli("--model", str(model_dir), "-i", str(src), "-o", str(out), "-q") == 2
     assert f"{src}: line 3: " in capsys.readouterr().err
-    assert not out.exists() and not Path(str(out) + ".tmp").exists()  # no half-written output
+    assert not out.exists() and not list(tmp_path.glob(".out.txt.*"))  # no half-written output
+    assert (tmp_path / "out.txt.tmp").read_text() == "the user's own file\n"
     assert run_cli("--model", str(model_dir), "-i", str(src), "-o", str(out), "-q", "--truncate") == 0
     assert len(out.read_text(encoding="utf-8").splitlines()) == 4
 

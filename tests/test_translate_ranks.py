@@ -28,7 +28,7 @@ def test_two_ranks_write_the_file_one_process_writes(tmp_path, data_dir):
     assert (tmp_path / "two.txt").read_bytes() == one and one.count(b"\n") == 12
     for rank in (0, 1):  # each rank translated its half: lines rank, rank + 2, ...
         assert f"rank {rank} of 2 translated 6 of 12 lines" in done.stderr
-    assert not (tmp_path / "two.txt.tmp").exists()
+    assert not list(tmp_path.glob(".two.txt.*"))
 
 
 def test_shares_of_n_best_lines_interleave_into_the_single_process_output(tmp_path, data_dir):

@@ -20,6 +20,7 @@ from safetensors.torch import save_model as _save_weights
 from torch import Tensor, nn
 
 from . import __version__, faults
+from .files import temporary_beside
 from .config import ModelConfig
 from .model import Transformer
 
@@ -188,7 +189,7 @@ def write_atomic(path: Path, data: bytes, fault: str | None = None) -> None:
     A failed write (a full disk) removes the temporary file. fault names the points `{fault}.partial`
     and `{fault}.before-rename` of aiayn.faults.
     """
-    tmp = path.with_name(path.name + ".tmp")
+    tmp = temporary_beside(path)
     try:
         with open(tmp, "wb") as f:
             f.write(data)
@@ -210,9 +211,12 @@ def save_model(model: Transformer, directory: str | Path, vocab_proto: bytes | N
     directory.mkdir(parents=True, exist_ok=True)
     model = getattr(model, "module", model)  # unwrap DistributedDataParallel
     model = getattr(model, "_orig_mod", model)  # and torch.compile
-    tmp = directory / (WEIGHTS + ".tmp")
-    _save_weights(model, str(tmp))
-    os.replace(tmp, directory / WEIGHTS)
+    tmp = temporary_beside(directory / WEIGHTS)
+    try:
+        _save_weights(model, str(tmp))
+        os.replace(tmp, directory / WEIGHTS)
+    finally:
+        tmp.unlink(missing_ok=True)
     meta = {"format": "aiayn", "version": __version__, "model": model.config.to_dict(), **extra}
     write_atomic(directory / CONFIG, json.dumps(meta, indent=2).encode())
     if vocab_proto is not None:

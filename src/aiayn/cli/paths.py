@@ -10,6 +10,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TextIO
 
+from ..files import temporary_beside
+
 
 def input_file(text: str) -> str:
     """An argparse type: a file (or a pipe such as bash's `<(cmd)`) that exists and is not a directory."""
@@ -44,13 +46,13 @@ def check_output_folder(path: str | Path, flag: str) -> None:
 
 @contextlib.contextmanager
 def text_output(path: str | None) -> Iterator[TextIO]:
-    """stdout as UTF-8, or the file at path written whole or not at all (path.tmp, then renamed)."""
+    """stdout as UTF-8, or the file at path written whole or not at all (a temporary beside it, then renamed)."""
     if path is None:
         if hasattr(sys.stdout, "reconfigure"):
             sys.stdout.reconfigure(encoding="utf-8")
         yield sys.stdout
         return
-    tmp = Path(path + ".tmp")
+    tmp = temporary_beside(path)
     try:
         with open(tmp, "w", encoding="utf-8", newline="\n") as out:
             yield out

@@ -14,11 +14,11 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from pathlib import Path
 
 import torch
 import torch.distributed as dist
 
+from ..files import temporary_beside
 from ..train import distributed
 from .translate import CHUNK, chunks, read_lines
 
@@ -40,7 +40,7 @@ def run(args: argparse.Namespace) -> int:
 def translate_file(args: argparse.Namespace, translator) -> int:
     rank, world = distributed.rank(), distributed.world_size()
     main = rank == 0
-    tmp = Path(args.output + ".tmp")
+    tmp = temporary_beside(args.output) if main else None
     done = mine = 0
     try:
         with open(args.input, "rb") as stream, (open(tmp, "w", encoding="utf-8", newline="\n") if main else

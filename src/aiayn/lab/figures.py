@@ -13,6 +13,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import matplotlib.ticker  # noqa: E402
 import numpy as np  # noqa: E402
 
+from ..files import temporary_beside  # noqa: E402
 from .cost import TABLE2  # noqa: E402
 
 DPI = 90
@@ -21,10 +22,13 @@ DPI = 90
 def _save(fig, out: Path, name: str) -> str:
     """Write the figure whole or not at all (a temporary name, then a rename); return its file name."""
     fig.tight_layout()
-    tmp = out / f".{name}.tmp"
-    fig.savefig(tmp, dpi=DPI, format="png")
-    plt.close(fig)
-    os.replace(tmp, out / name)
+    tmp = temporary_beside(out / name)
+    try:
+        fig.savefig(tmp, dpi=DPI, format="png")
+        os.replace(tmp, out / name)
+    finally:
+        plt.close(fig)
+        tmp.unlink(missing_ok=True)
     return name
 
 

@@ -17,6 +17,7 @@ import torch
 from torch import Tensor
 
 from .. import io
+from ..files import temporary_beside
 from ..config import ModelConfig
 from ..model import Transformer, sinusoid_table
 from ..data.vocab import Vocab
@@ -182,9 +183,12 @@ def save_marian(model: Transformer, tokenizer: Vocab | MarianTokenizer, director
     files[GENERATION_CONFIG] = json.dumps(generation_config(config, beam_size, alpha), indent=2).encode()
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    tmp = directory / (SAFETENSORS + ".tmp")
-    save_file(hf_state_dict(state, config), str(tmp), metadata={"format": "pt"})
-    tmp.replace(directory / SAFETENSORS)
+    tmp = temporary_beside(directory / SAFETENSORS)
+    try:
+        save_file(hf_state_dict(state, config), str(tmp), metadata={"format": "pt"})
+        tmp.replace(directory / SAFETENSORS)
+    finally:
+        tmp.unlink(missing_ok=True)
     for name, data in files.items():
         io.write_atomic(directory / name, data)
     return directory

@@ -28,6 +28,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from .. import faults
+from ..files import temporary_beside
 from ..data.batching import BatchStream
 from ..io import WEIGHTS, save_model, write_atomic
 from ..model import Transformer
@@ -246,7 +247,7 @@ def average_checkpoints(directories: list[Path], out: Path) -> Path:
         source = Path(directories[-1]) / name
         if source.is_file() and source.resolve() != (out / name).resolve():
             write_atomic(out / name, source.read_bytes())
-    tmp = out / (WEIGHTS + ".tmp")
+    tmp = temporary_beside(out / WEIGHTS)
     try:
         save_file(averaged, str(tmp), metadata={"format": "pt"})
         faults.point("average.partial", partial=tmp)

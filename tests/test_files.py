@@ -1,0 +1,30 @@
+"""Files written whole or not at all, through a temporary name that no other file has."""
+
+import os
+import stat
+
+import pytest
+
+from aiayn.files import temporary_beside
+from aiayn.io import write_atomic
+
+
+def test_write_atomic_leaves_a_users_tmp_file_alone_and_gives_open_s_permissions(tmp_path):
+    users = tmp_path / "results.json.tmp"
+    users.write_text("mine")
+    plain = tmp_path / "plain.json"
+    plain.write_text("{}")  # what open() gives a new file under this umask
+    write_atomic(tmp_path / "results.json", b'{"bleu": 1}')
+    assert (tmp_path / "results.json").read_bytes() == b'{"bleu": 1}'
+    assert users.read_text() == "mine"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["plain.json", "results.json", "results.json.tmp"]
+    mode = stat.S_IMODE(os.stat(tmp_path / "results.json").st_mode)
+    assert mode == stat.S_IMODE(os.stat(plain).st_mode)
+
+
+def test_two_temporaries_of_one_file_differ_and_errors_name_the_file(tmp_path):
+    a, b = temporary_beside(tmp_path / "out.txt"), temporary_beside(tmp_path / "out.txt")
+    assert a != b and a.parent == b.parent == tmp_path and a.name.startswith(".out.txt.")
+    with pytest.raises(FileNotFoundError) as err:
+        temporary_beside(tmp_path / "missing" / "out.txt")
+    assert err.value.filename == str(tmp_path / "missing" / "out.txt")
