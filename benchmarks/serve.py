@@ -8,8 +8,9 @@ Each mode starts its own `aiayn serve` process (`--no-batching` for the other mo
 a thread with one kept-alive connection that sends Multi30k test sentences (test_2016_flickr.en),
 one line per /api/translate request, back to back, for a fixed time per level. Reported per level:
 sentences/s, p50 and p99 latency, failed requests, the server's model batches, and its resident
-memory (after warm-up, now, and the peak, VmHWM). With --soak-minutes the last level runs that long
-and the resident memory after it is compared with the value after warm-up.
+memory (after warm-up, now, and the peak, VmHWM). With --soak-minutes the last level runs that long,
+the warm-up runs at that level's concurrency, and the resident memory after the soak is compared with
+the value after warm-up.
 """
 
 from __future__ import annotations
@@ -110,10 +111,12 @@ def run_mode(args: argparse.Namespace, lines: list[str], batching: bool) -> list
     port = args.port + (0 if batching else 1)
     server = start_server(args.model, port, batching, args.threads, args.passive)
     try:
-        level(port, lines, 4, args.warmup)  # warm-up: caches, allocator, first batches
+        counts = [int(c) for c in args.clients.split(",")]
+        # warm-up: caches, allocator, first batches; before a soak at the soak's own concurrency, so that
+        # "after warm-up" and "after the soak" compare one load (a batch of 16 holds more than one of 4)
+        level(port, lines, counts[-1] if args.soak_minutes else 4, args.warmup)
         warm = memory_mib(server.pid, "VmRSS")
         rows = []
-        counts = [int(c) for c in args.clients.split(",")]
         for n, clients in enumerate(counts):
             seconds = args.soak_minutes * 60 if args.soak_minutes and n == len(counts) - 1 else args.seconds
             row = level(port, lines, clients, seconds)

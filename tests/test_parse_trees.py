@@ -87,6 +87,10 @@ WORDS = ["John", "has", "a", "dog", "."]
     # special tokens and bare brackets are dropped; several top-level constituents share TOP
     ("<unk> (NP NNP )NP ( (VP VBZ DT NN . )VP",
      "(TOP (NP (NNP John)) (VP (VBZ has) (DT a) (NN dog) (. .)))", Repairs(stray=2)),
+    # a punctuation word takes the tag the treebank fixes for it, and a word is never tagged as punctuation
+    # (EVALB deletes words by tag: either would reject the sentence for its length)
+    ("(S (NP NNP )NP (VP , (NP DT NN )NP )VP NN )S",
+     "(TOP (S (NP (NNP John)) (VP (NN has) (NP (DT a) (NN dog))) (. .)))", Repairs(punctuation=2)),
     # nothing but an end: every word attached to the root
     ("", "(TOP (NN John) (NN has) (NN a) (NN dog) (. .))", Repairs(missing_words=5)),
 ])
@@ -95,6 +99,18 @@ def test_repair_rules(tokens, expected, fixes):
     assert str(tree) == expected
     assert found == fixes
     assert tree.words() == WORDS  # every word, in order, whatever the sequence
+
+
+def test_the_fixed_punctuation_tags_agree_with_the_treebank(sample):
+    """Every word of FIXED_TAGS has that tag in the sample, and no word with a letter or digit has a
+    punctuation tag, but for one annotation slip ("Wa" tagged ",")."""
+    from aiayn.parse.linearize import FIXED_TAGS, PUNCTUATION
+
+    pairs = [(w, t) for trees in sample.values() for tree in trees for w, t in zip(tree.words(), tree.tags())]
+    assert len(pairs) > 90_000
+    assert all(FIXED_TAGS[w] == t for w, t in pairs if w in FIXED_TAGS)
+    slips = [(w, t) for w, t in pairs if w not in FIXED_TAGS and t in PUNCTUATION and any(c.isalnum() for c in w)]
+    assert slips == [("Wa", ",")]
 
 
 def test_delinearize_refuses_what_needs_repair_and_repair_survives_deep_nesting():

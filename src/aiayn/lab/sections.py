@@ -18,11 +18,16 @@ def intro(m: dict[str, Any]) -> list[tuple]:
     blocks = [("p", f"Model: {m['model_dir']} ({where}); {one['parameters']:,} parameters; "
                     f"{'--quick run' if m['quick'] else 'full run'}, measured in {m['seconds']:.0f} s with "
                     f"{m.get('threads', '?')} CPU thread(s). Timings vary from run to run and with the load of the machine.")]
-    if m.get("trained_here", False) or one["parameters"] < 20_000_000:
+    arithmetic = "The claims about the arithmetic (2-5, 7, 8.1, 8.2, 12.1-12.5) hold whatever the model."
+    if m.get("trained_here", False):
         blocks.append(("p", "This model is small and briefly trained, so the figures that read a trained model mean "
                             "little: the translation (item 1), where \"it\" looks (item 6), p(right token) (item 8) and "
-                            "the averaged checkpoint (12.7). The claims about the arithmetic (2-5, 7, 8.1, 8.2, 12.1-12.5) "
-                            "hold whatever the model. Pass --model with a fully trained model for the rest."))
+                            f"the averaged checkpoint (12.7). {arithmetic} Pass --model with a fully trained model for "
+                            "the rest."))
+    elif one["parameters"] < 20_000_000:  # a trained model, but far from the paper's base (65M)
+        blocks.append(("p", f"This model has {one['parameters'] / 1e6:.1f}M parameters (the paper's base model: 65M) "
+                            "and was trained on what --model's folder says, not on WMT 2014; the figures that read it "
+                            "(items 1, 6, 8 and 12.7) show this model, not the paper's. " + arithmetic))
     return blocks
 
 
