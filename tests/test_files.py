@@ -28,3 +28,16 @@ def test_two_temporaries_of_one_file_differ_and_errors_name_the_file(tmp_path):
     with pytest.raises(FileNotFoundError) as err:
         temporary_beside(tmp_path / "missing" / "out.txt")
     assert err.value.filename == str(tmp_path / "missing" / "out.txt")
+
+
+def test_sweep_removes_only_temporaries_of_its_own_pattern(tmp_path):
+    from aiayn.files import sweep_temporaries
+
+    left = temporary_beside(tmp_path / "spm.model")  # as a kill -9 mid-write leaves it
+    (tmp_path / "data").mkdir()
+    deeper = temporary_beside(tmp_path / "data" / "train.safetensors")
+    mine = [tmp_path / "notes.tmp", tmp_path / ".notes.tmp", tmp_path / "results.json.tmp"]
+    for path in mine:
+        path.write_text("the user's")
+    assert sweep_temporaries(tmp_path) == sorted([left, deeper])
+    assert all(p.read_text() == "the user's" for p in mine) and not left.exists() and not deeper.exists()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import tempfile
 from pathlib import Path
 
@@ -31,3 +32,20 @@ def temporary_beside(path: str | Path) -> Path:
     os.fchmod(fd, 0o666 & ~UMASK)
     os.close(fd)
     return Path(name)
+
+
+TEMPORARY = re.compile(r"^\..+\.[a-z0-9_]{8}\.tmp$")  # temporary_beside's names: .NAME.XXXXXXXX.tmp
+
+
+def sweep_temporaries(folder: Path) -> list[Path]:
+    """Remove what temporary_beside left in folder (and below) when a process was killed mid-write.
+
+    Only for a folder that one aiayn process holds (a locked run folder): another writer's temporary
+    would go too. Only names of temporary_beside's pattern are touched. Returns what was removed.
+    """
+    removed = []
+    for path in sorted(Path(folder).rglob(".*.tmp")):
+        if path.is_file() and not path.is_symlink() and TEMPORARY.match(path.name):
+            path.unlink(missing_ok=True)
+            removed.append(path)
+    return removed

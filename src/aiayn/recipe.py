@@ -117,7 +117,12 @@ def _convert(value: Any, hint: Any, where: str) -> Any:
                     return _convert(value, arg, where)
                 except ValueError as err:
                     errors.append(err)
-        raise ValueError(" or ".join([str(errors[0])] + [str(e).split(": ")[-1] for e in errors[1:]]))
+        if len(errors) == 1:
+            raise errors[0]
+        names = " or ".join("true or false" if a is bool else "one of " + ", ".join(map(repr, typing.get_args(a)))
+                            if typing.get_origin(a) is typing.Literal else getattr(a, "__name__", str(a))
+                            for a in args if a is not type(None))
+        raise ValueError(f"{where}: expected {names}, got {_short(value)}")
     if origin is typing.Literal:
         if value not in typing.get_args(hint):
             raise ValueError(f"{where}: {value!r} is not one of {typing.get_args(hint)}")

@@ -30,6 +30,7 @@ from ..decode.layout import for_decoding
 from ..io import load_model, read_column_major, read_safetensors, write_atomic
 from ..model import Transformer
 from ..recipe import Recipe
+from ..files import sweep_temporaries
 from . import distributed, precision, progress, run_folder
 from .checkpoint import Checkpoints, TrainState, average_checkpoints, checkpoint_steps
 from .flops import train_flops
@@ -138,6 +139,7 @@ def train(recipe: Recipe, out_dir: str | Path, init: str | Path | None = None, l
         out.mkdir(parents=True, exist_ok=True)
         held = run_folder.lock(out)
         run_folder.check(out, recipe, recipe_file)
+        sweep_temporaries(out)  # what a killed run left half-written; the lock keeps other writers out
         run_folder.record(out, recipe, recipe_file)
     try:
         return _train(recipe, out, init, log)
