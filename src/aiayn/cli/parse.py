@@ -14,7 +14,7 @@ import sys
 from typing import BinaryIO, TextIO
 
 from .paths import input_file, output_file, text_output
-from .translate import CHUNK, _same_file, at_least, chunks, number, read_lines
+from .translate import _same_file, at_least, each_block, number
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -32,17 +32,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def parse_stream(parser, stream: BinaryIO, name: str, out: TextIO) -> int:
     """Parse every line of stream into out; returns the number of lines."""
-    from ..decode.translate import SentenceTooLong
+    def write(block: list[str], _done: int) -> None:
+        out.writelines(tree + "\n" for tree in parser.parse_lines(block))
 
-    done = 0
-    for block in chunks(read_lines(stream, name), CHUNK):
-        try:
-            out.writelines(tree + "\n" for tree in parser.parse_lines(block))
-        except SentenceTooLong as err:
-            raise ValueError(f"{name}: line {done + err.index + 1}: {err.detail}") from None
-        done += len(block)
-        out.flush()
-    return done
+    return each_block(stream, name, out, write)
 
 
 def run(args: argparse.Namespace) -> int:

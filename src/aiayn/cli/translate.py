@@ -12,7 +12,7 @@ import argparse
 import math
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import BinaryIO, TextIO
 
@@ -120,20 +120,18 @@ def chunks(lines: Iterator[str], size: int) -> Iterator[list[str]]:
         yield block
 
 
-def translate_stream(translator, stream: BinaryIO, name: str, out: TextIO, n_best: int | None, progress) -> int:
-    """Translate every line of stream into out; returns the number of lines."""
+def each_block(stream: BinaryIO, name: str, out: TextIO, write: Callable[[list[str], int], None],
+               progress=None) -> int:
+    """write(block, lines_before) for each CHUNK lines of stream, flushing out after each; returns the lines.
+
+    A line too long for the model is an error naming its line number in the file.
+    """
     from ..decode.translate import SentenceTooLong
 
     done = 0
     for block in chunks(read_lines(stream, name), CHUNK):
         try:
-            if n_best:
-                results = translator.translate_n_best(block)
-                for i, hyps in enumerate(results, start=done + 1):
-                    for h in hyps or [None] * n_best:  # an empty line: n_best empty translations
-                        out.write(f"{i}\t{h.score if h else 0.0:.4f}\t{h.text if h else ''}\n")
-            else:
-                out.writelines(text + "\n" for text in translator.translate(block))
+            write(block, done)
         except SentenceTooLong as err:
             raise ValueError(f"{name}: line {done + err.index + 1}: {err.detail}") from None
         done += len(block)
@@ -141,6 +139,20 @@ def translate_stream(translator, stream: BinaryIO, name: str, out: TextIO, n_bes
         if progress is not None:
             progress.update(len(block))
     return done
+
+
+def translate_stream(translator, stream: BinaryIO, name: str, out: TextIO, n_best: int | None, progress) -> int:
+    """Translate every line of stream into out; returns the number of lines."""
+
+    def write(block: list[str], done: int) -> None:
+        if not n_best:
+            out.writelines(text + "\n" for text in translator.translate(block))
+            return
+        for i, hyps in enumerate(translator.translate_n_best(block), start=done + 1):
+            for h in hyps or [None] * n_best:  # an empty line: n_best empty translations
+                out.write(f"{i}\t{h.score if h else 0.0:.4f}\t{h.text if h else ''}\n")
+
+    return each_block(stream, name, out, write, progress)
 
 
 def _same_file(a: str, b: str) -> bool:

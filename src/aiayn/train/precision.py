@@ -21,10 +21,8 @@ def autocast_dtype(bf16: bool | str, fp16: bool, device: torch.device | None = N
     where a step took 0.65x the fp32 time on the Multi30k model; elsewhere a CPU emulates it and is
     slower than fp32), and fp32 otherwise.
     """
-    if bf16 == "auto":
-        bf16 = native_bf16(device or torch.device("cpu"))
-        if bf16 and fp16:
-            return torch.float16  # fp16 asked for by name wins over a guess
+    if bf16 == "auto":  # fp16 asked for by name wins over the guess
+        bf16 = not fp16 and native_bf16(device or torch.device("cpu"))
     if bf16 and fp16:
         raise ValueError("train.bf16 and train.fp16 are both true; choose one")
     return torch.bfloat16 if bf16 else torch.float16 if fp16 else None
