@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 
 import numpy as np
 import pytest
@@ -263,3 +264,36 @@ def test_table3_small_changes_keep_the_papers_directions():
     assert table3.overrides({"label_smoothing": 0.0, "p_drop": 0.2}) == ["--train.label_smoothing=0.0", "--model.p_drop=0.2"]
     assert [table3.agreement(a, b) for a, b in ((1, 1), (-1, 1), (0, 1), (1, 0))] == [
         "same", "opposite", "no change here", "paper: no change"]
+
+
+def test_table3_rows_run_in_parallel_and_a_rerun_reads_them_back(tmp_path, monkeypatch, data_dir):
+    """Two rows trained at once in worker processes; their scores kept; a rerun trains nothing."""
+    import gzip
+    import json
+
+    from aiayn.data.vocab import Vocab
+    from aiayn.lab import table3
+
+    lines = gzip.decompress((data_dir / "multi30k" / "train.en.gz").read_bytes()).decode().splitlines()[:400]
+    Vocab.train(lines, 300).save(tmp_path / "spm.model")  # small: the rows' shared vocabulary, given
+    rows = table3.run_table3(tmp_path, 0.02, ["P_drop=0.0"], bleu_sentences=4, base="lab", jobs=2, log=lambda _: None)
+    assert [r["label"] for r in rows] == ["base", "P_drop=0.0"]
+    assert rows[0]["jobs"] == 2 and rows[0]["threads"] == max(1, (os.cpu_count() or 1) // 2)  # cores / jobs
+    kept = json.loads((tmp_path / "P_drop-0.0" / "row.json").read_text())
+    assert kept["key"]["changes"] == {"p_drop": 0.0} and kept["measured"] == {k: rows[1][k] for k in ("ppl", "bleu", "steps")}
+    assert all(r["steps"] > 0 and r["ppl"] > 1 for r in rows)
+
+    def no_training(*args, **kwargs):
+        raise AssertionError("a row measured before was trained again")
+
+    monkeypatch.setattr("aiayn.train.loop.train", no_training)
+    again = table3.run_table3(tmp_path, 0.02, ["P_drop=0.0"], bleu_sentences=4, threads=rows[0]["threads"], jobs=1, log=lambda _: None)
+    assert [(r["ppl"], r["bleu"]) for r in again] == [(r["ppl"], r["bleu"]) for r in rows]
+    with pytest.raises(ValueError, match="other settings"):
+        table3.run_table3(tmp_path, 0.05, ["P_drop=0.0"], bleu_sentences=4, threads=rows[0]["threads"], log=lambda _: None)
+    monkeypatch.setattr("aiayn.train.loop.train", lambda *a, **k: {"minutes": 0.001, "steps": 2})  # stopped by Ctrl-C
+    with pytest.raises(KeyboardInterrupt, match="the same command resumes it"):
+        table3.run_table3(tmp_path, 0.02, ["eps_ls=0.2"], bleu_sentences=4, threads=rows[0]["threads"], log=lambda _: None)
+    assert not (tmp_path / "eps_ls-0.2" / "row.json").exists()  # not recorded as measured
+    text = table3.table_markdown(rows, 0.02)
+    assert "| P_drop=0.0 |" in text and f"{rows[0]['threads']} thread(s) a row, 2 rows at a time" in text

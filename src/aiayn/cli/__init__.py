@@ -64,7 +64,9 @@ def main(argv: list[str] | None = None) -> int:
         except (OSError, ValueError):
             pass
         return SIGPIPE_EXIT
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as err:  # Ctrl-C; what was stopped, where it says (aiayn paper table3)
+        if str(err):
+            print(f"aiayn {args.command}: stopped: {err}", file=sys.stderr)
         return 130
 
 

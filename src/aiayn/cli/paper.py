@@ -22,6 +22,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rows", nargs="*", help="table3: the rows to run (e.g. h=1 d_k=16 N=2); default all")
     parser.add_argument("--base", choices=["lab", "recipe"], default="lab",
                         help="table3: the small base, the lab's 2+2-layer model (default) or the recipe's 3+3-layer one")
+    parser.add_argument("--jobs", type=int, default=1,
+                        help="table3: rows trained at once, each in its own process (threads default: cores / jobs)")
     parser.add_argument("--bleu-sentences", type=int, default=500, help="table3: validation sentences decoded for BLEU")
     parser.add_argument("--threads", type=int, default=0, help="torch CPU threads; 0 = 1 with --quick, else torch's default")
 
@@ -77,7 +79,7 @@ def table3(args: argparse.Namespace) -> int:
     if args.minutes is None or args.minutes <= 0:
         raise ValueError("table3 needs --minutes M > 0: the training time of each row")
     out = Path(args.out) / "table3"
-    rows = run_table3(out, args.minutes, args.rows, args.bleu_sentences, args.threads, args.base)
+    rows = run_table3(out, args.minutes, args.rows, args.bleu_sentences, args.threads, args.base, jobs=args.jobs)
     text = table_markdown(rows, args.minutes)
     write_atomic(out / "table3.md", text.encode())
     write_atomic(out / "table3.json", json.dumps(rows, indent=2).encode())

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 from ..config import ModelConfig
@@ -81,50 +82,126 @@ def base_overrides(base: str, minutes: float, threads: int) -> list[str]:
     return ([o for o in FULL if "max_minutes" not in o] if base == "lab" else []) + common
 
 
-def run_table3(out: Path, minutes: float, labels: list[str] | None = None, bleu_sentences: int = 500,
-               threads: int = 0, base: str = "lab", log: Callable[[str], None] = print) -> list[dict[str, Any]]:
-    """Train the small base and each chosen row for `minutes`, score them, compare directions with the paper."""
+def row_folder(label: str) -> str:
+    """A row's run folder name: h=1 -> h-1, learned positions -> learned-positions."""
+    return label.replace("=", "-").replace(" ", "-")
+
+
+def shared_vocabulary(out: Path, common: list[str], log: Callable[[str], None]) -> Path:
+    """out/spm.model, trained once on the training text: every row reads it (Table 3 varies the model only)."""
+    from ..data.corpus import find_file, read_parallel
+    from ..data.vocab import Vocab
+    from .trained import multi30k_recipe
+
+    path = out / "spm.model"
+    if not path.is_file():
+        d = multi30k_recipe(common).data
+        src, tgt = read_parallel(find_file(d.train, d.src_lang), find_file(d.train, d.tgt_lang))
+        log(f"training the rows' {d.vocab_size:,}-piece vocabulary on {len(src):,} + {len(tgt):,} sentences")
+        Vocab.train(src + tgt, d.vocab_size, seed_sentences=d.vocab_sample).save(path)
+    return path
+
+
+def run_row(out: Path, name: str, common: list[str], changes: dict[str, Any], key: dict[str, Any],
+            bleu_sentences: int) -> dict[str, float]:
+    """Train one row into out/name and score it. out/name/row.json keeps the scores: a rerun with the
+    same settings (key) reads them instead of training again; a run killed part way resumes."""
+    import json
+
+    from ..io import write_atomic
     from ..train.loop import train
+    from .trained import multi30k_recipe
+
+    run, key = out / name, {**key, "changes": changes}
+    done = run / "row.json"
+    if done.is_file():
+        kept = json.loads(done.read_text())
+        if kept.get("key") != key:
+            raise ValueError(f"{run} holds a Table 3 row run with other settings ({kept.get('key')}); "
+                             "give another --out or remove it")
+        print(f"== {name}: measured before, read from {done}", flush=True)
+        return kept["measured"]
+    print(f"== {name}: {' '.join(overrides(changes)) or 'the base'}, {key['minutes']} min ...", flush=True)
+    recipe = multi30k_recipe(common + overrides(changes) + [f"--data.vocab={out / 'spm.model'}"])
+    results = train(recipe, run, log=lambda _: None)
+    if results.get("minutes", 0) < 0.99 * key["minutes"]:  # Ctrl-C: training stopped early, its checkpoint saved
+        raise KeyboardInterrupt(f"{run} stopped at {results.get('minutes', 0):.1f} of {key['minutes']} min; "
+                                "the same command resumes it")
+    d = recipe.data
+    measured = {**score_run(run, d.valid, d.src_lang, d.tgt_lang, bleu_sentences), "steps": results.get("steps", 0)}
+    write_atomic(done, json.dumps({"key": key, "measured": measured}, indent=2).encode())
+    print(f"== {name}: {measured['steps']:,} steps, dev ppl {measured['ppl']:.2f}, BLEU {measured['bleu']:.2f}", flush=True)
+    return measured
+
+
+def run_table3(out: Path, minutes: float, labels: list[str] | None = None, bleu_sentences: int = 500,
+               threads: int = 0, base: str = "lab", log: Callable[[str], None] = print,
+               jobs: int = 1) -> list[dict[str, Any]]:
+    """Train the small base and each chosen row for `minutes`, score them, compare directions with the paper.
+
+    jobs rows train at once, each in its own process with `threads` threads (default: the cores / jobs);
+    rows already measured in out with the same settings are read back, not trained again.
+    """
+    import os
+    from concurrent.futures import ProcessPoolExecutor
+    from multiprocessing import get_context
+
     from .trained import multi30k_recipe
 
     unknown = sorted(set(labels or ()) - set(LABELS))
     if unknown:
         raise ValueError(f"unknown Table 3 rows: {', '.join(unknown)}; choose from {', '.join(LABELS)}")
+    if jobs < 1:
+        raise ValueError(f"--jobs {jobs}: at least 1 row at a time")
+    threads = threads or (max(1, (os.cpu_count() or 1) // jobs) if jobs > 1 else 0)
     common = base_overrides(base, minutes, threads)
     base_config = multi30k_recipe(common).model_config(100)
-
-    def trained(name: str, changes: dict[str, Any]) -> dict[str, float]:
-        vocab = out / "base" / "spm.model"  # the base run's vocabulary: trained once, named by every row
-        recipe = multi30k_recipe(common + overrides(changes) + ([f"--data.vocab={vocab}"] if name != "base" else []))
-        run = out / name
-        log(f"== {name}: {' '.join(overrides(changes)) or BASES[base]}, {minutes} min")
-        results = train(recipe, run, log=lambda _: None)
-        d = recipe.data
-        return {**score_run(run, d.valid, d.src_lang, d.tgt_lang, bleu_sentences), "steps": results.get("steps", 0)}
-
-    paper_base, measured_base = TABLE3[0], trained("base", {})
+    chosen = [r for r in TABLE3 if r.label in LABELS and (labels is None or r.label in labels)]
+    changes = {"base": {}} | {r.label: small_changes(r.label, base_config) for r in chosen}
+    for label in [label for label, c in changes.items() if "d_k" in c and not has_d_k_field()]:
+        log(f"== {label}: skipped, ModelConfig has no d_k field yet")
+        del changes[label]
+    out.mkdir(parents=True, exist_ok=True)
+    shared_vocabulary(out, common, log)
+    key = {"minutes": minutes, "base": base, "threads": threads, "bleu_sentences": bleu_sentences}
+    log(f"{len(changes)} rows of {minutes} min, {jobs} at a time, {threads or 'default'} thread(s) each")
+    with ProcessPoolExecutor(jobs, mp_context=get_context("spawn")) if jobs > 1 else _InProcess() as pool:
+        futures = {label: pool.submit(run_row, out, "base" if label == "base" else row_folder(label), common, c, key,
+                                      bleu_sentences) for label, c in changes.items()}
+        measured = {label: future.result() for label, future in futures.items()}
+    paper_base, measured_base = TABLE3[0], measured["base"]
     rows = [{"label": "base", "group": "base", "change": BASES[base], **measured_base,
-             "paper_ppl": paper_base.ppl, "paper_bleu": paper_base.bleu}]
-    for row in (r for r in TABLE3 if r.label in LABELS and (labels is None or r.label in labels)):
-        changes = small_changes(row.label, base_config)
-        if "d_k" in changes and not has_d_k_field():
-            log(f"== {row.label}: skipped, ModelConfig has no d_k field yet")
-            continue
-        measured = trained(row.label.replace("=", "-").replace(" ", "-"), changes)
-        rows.append({"label": row.label, "group": row.group, "change": " ".join(overrides(changes)), **measured,
+             "paper_ppl": paper_base.ppl, "paper_bleu": paper_base.bleu, "threads": threads, "jobs": jobs}]
+    for row in (r for r in chosen if r.label in measured):
+        m = measured[row.label]
+        rows.append({"label": row.label, "group": row.group, "change": " ".join(overrides(changes[row.label])), **m,
                      "paper_ppl": row.ppl, "paper_bleu": row.bleu,
-                     "ppl_agrees": agreement(direction(measured["ppl"] - measured_base["ppl"], 0.01 * measured_base["ppl"]),
+                     "ppl_agrees": agreement(direction(m["ppl"] - measured_base["ppl"], 0.01 * measured_base["ppl"]),
                                              direction(row.ppl - paper_base.ppl, 0.005)),
-                     "bleu_agrees": agreement(direction(measured["bleu"] - measured_base["bleu"], 0.3),
+                     "bleu_agrees": agreement(direction(m["bleu"] - measured_base["bleu"], 0.3),
                                               direction(row.bleu - paper_base.bleu, 0.05))})
-        log(f"   ppl {measured['ppl']:.2f} (base {measured_base['ppl']:.2f}), "
-            f"BLEU {measured['bleu']:.2f} (base {measured_base['bleu']:.2f})")
     return rows
+
+
+class _InProcess:
+    """ProcessPoolExecutor's submit for jobs = 1: each row runs in this process when its result is asked for."""
+
+    def __enter__(self) -> _InProcess:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def submit(self, fn: Callable[..., Any], *args: Any) -> Any:
+        return SimpleNamespace(result=lambda: fn(*args))
 
 
 def table_markdown(rows: list[dict[str, Any]], minutes: float) -> str:
     """The rerun beside the paper's: perplexity and BLEU, and whether each moves the same way."""
-    lines = [f"Table 3 at small scale: Multi30k En-De, {minutes} min of training a row; dev perplexity per word "
+    threads, jobs = rows[0].get("threads", 0), rows[0].get("jobs", 1)
+    how = f", {threads} thread(s) a row" if threads else ""
+    how += f", {jobs} rows at a time" if jobs > 1 else ""
+    lines = [f"Table 3 at small scale: Multi30k En-De, {minutes} min of training a row{how}; dev perplexity per word "
              "piece (all 1,014 pairs) and BLEU (beam 4). The direction columns compare each row's change from "
              "the base with the paper's.", "",
              "| group | row | change here | steps | ppl | BLEU | paper ppl | paper BLEU | ppl direction | BLEU direction |",
