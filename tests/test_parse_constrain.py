@@ -8,7 +8,7 @@ import torch
 from aiayn.config import DecodeConfig
 from aiayn.decode.beam import beam_search
 from aiayn.decode.greedy import greedy_hypotheses
-from aiayn.parse.constrain import TreeConstrainedStep
+from aiayn.parse.constrain import FREE, NO_PUNCTUATION, TreeConstrainedStep, word_rules
 from aiayn.parse.linearize import Repairs, repair
 
 SYMBOLS = ["<pad>", "<s>", "</s>", "<unk>", "(S", ")S", "(NP", ")NP", "(VP", ")VP", "NN", "VB", "."]
@@ -69,3 +69,32 @@ def test_the_mask_of_a_partial_tree():
                             (")S", ["</s>"])]:
         _, state = step.step(torch.tensor([[SYMBOLS.index(token)]]), state)
         assert sorted(allowed()) == sorted(expected), token
+
+
+def test_word_rules_name_fixed_tags_and_words_that_take_no_punctuation_tag():
+    rules = word_rules([["Mr.", "Vinken", ",", "61", "&", "."], ["Yes"]], SYMBOLS)
+    dot = SYMBOLS.index(".")
+    assert rules.tolist() == [[NO_PUNCTUATION, NO_PUNCTUATION, FREE, NO_PUNCTUATION, FREE, dot],  # "," is not a symbol here
+                              [NO_PUNCTUATION, FREE, FREE, FREE, FREE, FREE]]
+
+
+@pytest.mark.parametrize("search", ["beam", "greedy"])
+def test_the_words_anchor_the_tags(search):
+    """A full stop gets its tag "." and no other word does, whatever the model prefers."""
+    sentences = [["It", ".", "ran", "."], ["Go", "home", "."]]
+    words, rules = torch.tensor([len(w) for w in sentences]), word_rules(sentences, SYMBOLS)
+    finished = 0
+    for seed in range(8):
+        step = TreeConstrainedStep(RandomModel(seed), SYMBOLS, words, rules)
+        config = DecodeConfig(beam_size=4 if search == "beam" else 1, extra_len=300)
+        src = torch.full((2, 4), 5)
+        hyps = beam_search(step, src, config) if search == "beam" else greedy_hypotheses(step, src, config)
+        for sentence, h in zip(sentences, hyps):
+            sequence = [SYMBOLS[i] for i in h[0].tokens]
+            if sequence[-1] != "</s>":
+                continue
+            finished += 1
+            tags = [s for s in sequence if s in ("NN", "VB", ".")]
+            assert [t == "." for t in tags] == [w == "." for w in sentence], sequence
+            assert repair(sequence[:-1], sentence)[1] == Repairs()  # nothing left to retag
+    assert finished >= 12

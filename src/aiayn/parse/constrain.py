@@ -8,7 +8,13 @@ right after it opened, or one that would close the root before every word has a 
 opening bracket once every word has its tag; </s> before the tree is complete. Any search (beam,
 greedy) runs on it unchanged.
 
-Dimension legend: N rows (hypotheses), V target symbols, D the deepest nesting allowed.
+The words themselves anchor the tags (`word_rules`): the k-th tag written is word k's, so where the
+treebank fixes a word's tag (punctuation, `FIXED_TAGS`) only that tag may come next, and a word with
+a letter or a digit may not get a punctuation tag. These are the rules `repair` applies afterwards
+(it retags such words); inside the search they also keep the tags in step with the words, as a
+comma or a full stop marks where the decoder is in the sentence.
+
+Dimension legend: N rows (hypotheses), B sentences, W words, V target symbols, D the deepest nesting allowed.
 """
 
 from __future__ import annotations
@@ -21,9 +27,26 @@ import torch
 from torch import Tensor
 
 from ..decode.step import StepModel
-from .linearize import is_close, is_open
+from .linearize import FIXED_TAGS, PUNCTUATION, is_close, is_open
 
 MAX_DEPTH = 128
+FREE, NO_PUNCTUATION = -2, -1  # word rules besides a tag's id: any tag; any tag but punctuation's
+
+
+def word_rules(sentences: list[list[str]], symbols: list[str]) -> Tensor:
+    """(B, W) long: for word k of sentence b, the id of the tag the treebank fixes for it (FIXED_TAGS),
+    NO_PUNCTUATION for a word with a letter or digit (EVALB would delete it under a punctuation tag),
+    else FREE; FREE past a sentence's end."""
+    ids = {s: i for i, s in enumerate(symbols)}
+    rules = torch.full((len(sentences), max((len(w) for w in sentences), default=0) or 1), FREE, dtype=torch.long)
+    for b, words in enumerate(sentences):
+        for k, word in enumerate(words):
+            fixed = FIXED_TAGS.get(word)
+            if fixed is not None and fixed in ids:
+                rules[b, k] = ids[fixed]
+            elif fixed is None and any(c.isalnum() for c in word):
+                rules[b, k] = NO_PUNCTUATION
+    return rules
 
 
 @dataclass
@@ -34,19 +57,21 @@ class TreeState:
     depth: Tensor  # (N,) brackets open
     tags: Tensor  # (N,) tags written
     words: Tensor  # (N,) words of the row's sentence
+    rules: Tensor  # (N, W) the row's sentence's word_rules
     stack: Tensor  # (N, D) the closing symbol each open bracket expects, innermost at depth - 1
     after_open: Tensor  # (N,) bool: the last token opened a bracket
 
     def index_select(self, index: Tensor, sentences: Tensor | None = None) -> TreeState:
         return TreeState(self.cache.index_select(index, sentences), self.depth[index], self.tags[index],
-                         self.words[index], self.stack[index], self.after_open[index])
+                         self.words[index], self.rules[index], self.stack[index], self.after_open[index])
 
 
 class TreeConstrainedStep:
     """inner (a StepModel over ParseTokenizer's symbols) with the tree rules applied to each step."""
 
-    def __init__(self, inner: StepModel, symbols: list[str], words: Tensor):
+    def __init__(self, inner: StepModel, symbols: list[str], words: Tensor, rules: Tensor | None = None):
         self.inner, self.words = inner, words  # words (B,): each sentence's word count
+        self.rules = torch.full((len(words), 1), FREE, dtype=torch.long) if rules is None else rules  # (B, W)
         self.bos_id, self.eos_id, self.pad_id = inner.bos_id, inner.eos_id, inner.pad_id
         self.banned, self.max_len = inner.banned, inner.max_len
         ids = {s: i for i, s in enumerate(symbols)}
@@ -55,17 +80,18 @@ class TreeConstrainedStep:
         special = {inner.bos_id, inner.eos_id, inner.pad_id} | {i for i, s in enumerate(symbols) if s.startswith("<")}
         self.is_tag = ~(self.is_open | self.is_close) & torch.tensor([i not in special for i in range(len(symbols))])
         self.close_of = torch.tensor([ids.get(")" + s[1:], -1) if is_open(s) else -1 for s in symbols])  # (V,)
+        self.is_punctuation = self.is_tag & torch.tensor([s in PUNCTUATION for s in symbols])
 
     def start(self, src: Tensor) -> TreeState:
         B, device = src.size(0), src.device
         self._to(device)
         zeros = torch.zeros(B, dtype=torch.long, device=device)
-        return TreeState(self.inner.start(src), zeros, zeros.clone(), self.words.to(device),
+        return TreeState(self.inner.start(src), zeros, zeros.clone(), self.words.to(device), self.rules.to(device),
                          torch.zeros(B, MAX_DEPTH, dtype=torch.long, device=device),
                          torch.zeros(B, dtype=torch.bool, device=device))
 
     def _to(self, device: torch.device) -> None:
-        for name in ("is_open", "is_close", "is_tag", "close_of"):
+        for name in ("is_open", "is_close", "is_tag", "close_of", "is_punctuation"):
             setattr(self, name, getattr(self, name).to(device))
 
     def step(self, tokens: Tensor, state: TreeState) -> tuple[Tensor, TreeState]:
@@ -77,19 +103,23 @@ class TreeConstrainedStep:
         depth = state.depth + opened.long() - closed.long()
         tags = state.tags + self.is_tag[token].long()
         log_probs, cache = self.inner.step(tokens, state.cache)  # the inner model's buffer, masked in place
-        nxt = TreeState(cache, depth, tags, state.words, state.stack, opened)
+        nxt = TreeState(cache, depth, tags, state.words, state.rules, state.stack, opened)
         log_probs.masked_fill_(~self.allowed(nxt), -math.inf)
         return log_probs, nxt
 
     def allowed(self, s: TreeState) -> Tensor:
         """(N, V) bool: the tokens each row may write next."""
-        N = s.depth.size(0)
+        N, V = s.depth.size(0), self.is_tag.size(0)
+        rows_n = torch.arange(N, device=s.depth.device)
         done = s.tags >= s.words  # (N,) every word has its tag
-        allowed = (self.is_tag[None, :] & (s.depth > 0)[:, None]) | self.is_open[None, :]  # (N, V): one root
+        rule = s.rules[rows_n, s.tags.clamp(max=s.rules.size(1) - 1)]  # (N,) the next word's rule
+        tags = torch.where((rule >= 0)[:, None], torch.arange(V, device=rule.device)[None, :] == rule[:, None],
+                           self.is_tag[None, :] & ~(self.is_punctuation[None, :] & (rule == NO_PUNCTUATION)[:, None]))
+        allowed = (tags & (s.depth > 0)[:, None]) | self.is_open[None, :]  # (N, V): one root
         allowed &= ~done[:, None]
         allowed[:, self.is_open] &= (s.depth < MAX_DEPTH - 1)[:, None]
         may_close = (s.depth > 0) & ~s.after_open & ((s.depth > 1) | done)  # the root closes last
-        top = s.stack[torch.arange(N, device=s.depth.device), (s.depth - 1).clamp(min=0)]  # (N,)
+        top = s.stack[rows_n, (s.depth - 1).clamp(min=0)]  # (N,)
         rows = (may_close & (top >= 0)).nonzero()[:, 0]
         allowed[rows, top[rows]] = True
         allowed[:, self.eos_id] = done & (s.depth == 0)

@@ -18,7 +18,7 @@ from ..decode.greedy import greedy_hypotheses
 from ..decode.step import as_step_model
 from ..decode.translate import Translator
 from ..model import Transformer
-from .constrain import TreeConstrainedStep
+from .constrain import TreeConstrainedStep, word_rules
 from .linearize import Repairs, repair
 from .tokenizer import ParseTokenizer
 from .trees import Tree
@@ -76,8 +76,9 @@ class Parser:
         for batch in t.batches(ids):
             S = max(len(ids[i]) for i in batch)
             src = torch.tensor([ids[i] + [t.model.config.pad_id] * (S - len(ids[i])) for i in batch], device=t.device)
-            words = torch.tensor([len(sentences[i].split()) for i in batch])
-            step = TreeConstrainedStep(as_step_model(t.model), t.tokenizer.symbols, words)
+            words = [sentences[i].split() for i in batch]
+            step = TreeConstrainedStep(as_step_model(t.model), t.tokenizer.symbols, torch.tensor([len(w) for w in words]),
+                                       word_rules(words, t.tokenizer.symbols))
             search = beam_search if t.config.beam_size > 1 else greedy_hypotheses
             for i, hyps in zip(batch, search(step, src, t.config)):
                 out[i] = t.tokenizer.decode(hyps[0].tokens) if hyps else ""
