@@ -15,6 +15,7 @@ import argparse
 import os
 import statistics
 import time
+from functools import partial
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -23,6 +24,7 @@ import torch.nn.functional as F  # noqa: E402
 
 from aiayn.config import ModelConfig  # noqa: E402
 from aiayn.model import Transformer  # noqa: E402
+from aiayn.train import kernels  # noqa: E402
 from aiayn.train.loss import label_smoothed_nll  # noqa: E402
 from aiayn.train.schedule import rate  # noqa: E402
 
@@ -49,10 +51,11 @@ def hf_model():
     return MarianMTModel(config).train()
 
 
-def aiayn_step(model, optimizer, src, tgt_in, tgt_out, step: int, bf16: bool) -> float:
+def aiayn_step(model, optimizer, src, tgt_in, tgt_out, step: int, bf16: bool, kernel: str = "math") -> float:
+    """kernel: eq. (1)'s, as aiayn's training loop picks it on a CPU (train.attention: auto -> math)."""
     for group in optimizer.param_groups:
         group["lr"] = rate(step, 512, 4000)
-    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16), kernels.attention(kernel):
         logits = model(src, tgt_in)
     loss, _, n = label_smoothed_nll(logits, tgt_out, 0.1, PAD)
     (loss / n).backward()
@@ -85,13 +88,16 @@ def main() -> None:
     parser.add_argument("--precision", nargs="+", default=["fp32", "bf16"], choices=["fp32", "bf16"])
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--fused-adam", action="store_true", help="fused Adam for aiayn (as its training loop uses)")
+    parser.add_argument("--attention", default="auto", choices=kernels.KERNELS,
+                        help="aiayn's attention kernel (train.attention; auto = math on a CPU); HF keeps its own")
     args = parser.parse_args()
+    kernel = kernels.attention_kernel(args.attention, torch.device("cpu"), 33)  # as the loop picks it for 32 + 33 tokens
     torch.set_num_threads(args.threads)
     from gemm import print_host_rates  # the host's own limits come first (issue 18)
 
     print_host_rates()
     torch.manual_seed(0)
-    engines = {"aiayn": (aiayn_model(), aiayn_step), "Hugging Face": (hf_model(), hf_step)}
+    engines = {"aiayn": (aiayn_model(), partial(aiayn_step, kernel=kernel)), "Hugging Face": (hf_model(), hf_step)}
     optimizers = {name: torch.optim.Adam(m.parameters(), betas=(0.9, 0.98), eps=1e-9, fused=args.fused_adam and name == "aiayn")
                   for name, (m, _) in engines.items()}
     generator = torch.Generator().manual_seed(1234)
@@ -115,7 +121,7 @@ def main() -> None:
         rows.append((precision, tokens / statistics.median(times["aiayn"]),
                      tokens / statistics.median(times["Hugging Face"]), statistics.median(ratios)))
     print(f"\none training step, base shapes, 128 x 32 + 128 x 32 tokens, {args.threads} threads, "
-          f"medians of {args.rounds} alternated rounds\n")
+          f"medians of {args.rounds} alternated rounds; aiayn's attention kernel: {kernel}\n")
     print("| precision | aiayn tok/s | Hugging Face tok/s | ratio (per round, median) |")
     print("| --- | --- | --- | --- |")
     for precision, ours, theirs, ratio in rows:
