@@ -262,6 +262,11 @@ def test_table3_small_changes_keep_the_papers_directions():
     assert [table3.small_changes(f"N={n}", base)["n_layers"] for n in (2, 4, 8)] == [1, 2, 4]
     assert table3.small_changes("d_model=1024", base) == {"d_model": 512}
     assert table3.overrides({"label_smoothing": 0.0, "p_drop": 0.2}) == ["--train.label_smoothing=0.0", "--model.p_drop=0.2"]
+    lab = ModelConfig.preset("tiny", d_model=128, d_ff=512)  # the lab's 2+2-layer base: N=2 and N=4 are both N=1
+    logged = []
+    kept = table3.row_changes(["N=2", "N=4", "N=8", "P_drop=0.0"], lab, logged.append)
+    assert kept == {"base": {}, "N=2": {"n_layers": 1}, "N=8": {"n_layers": 3}, "P_drop=0.0": {"p_drop": 0.0}}
+    assert logged == ["== N=4: skipped, the same model as row N=2 at this base (--model.n_layers=1)"]
     assert [table3.agreement(a, b) for a, b in ((1, 1), (-1, 1), (0, 1), (1, 0))] == [
         "same", "opposite", "no change here", "paper: no change"]
 

@@ -78,8 +78,26 @@ def base_overrides(base: str, minutes: float, threads: int) -> list[str]:
     if base not in BASES:
         raise ValueError(f"unknown Table 3 base {base!r}; choose from {', '.join(BASES)}")
     common = [f"--train.max_minutes={minutes}", "--train.average_last=1", "--train.save_every=100000",
-              "--train.eval_every=0", "--data.test="] + ([f"--train.threads={threads}"] if threads else [])
+              "--train.eval_every=0", "--data.test=",
+              "--model.p_drop=0.1"]  # Table 3's base has the paper's P_drop (the recipe's is 0.3), so row D's 0 and 0.2 mean what they do there
+    common += [f"--train.threads={threads}"] if threads else []
     return ([o for o in FULL if "max_minutes" not in o] if base == "lab" else []) + common
+
+
+def row_changes(labels: list[str], base: ModelConfig, log: Callable[[str], None] = print) -> dict[str, dict[str, Any]]:
+    """The base's and each row's changes, in order; a row that would train a model already in the
+    table (N=2 and N=4 of a 2-layer base are both N=1) or that ModelConfig cannot express is left out."""
+    changes: dict[str, dict[str, Any]] = {"base": {}}
+    for label in labels:
+        change = small_changes(label, base)
+        same = next((other for other, c in changes.items() if c == change), None)
+        if "d_k" in change and not has_d_k_field():
+            log(f"== {label}: skipped, ModelConfig has no d_k field yet")
+        elif same is not None:
+            log(f"== {label}: skipped, the same model as row {same} at this base ({' '.join(overrides(change))})")
+        else:
+            changes[label] = change
+    return changes
 
 
 def row_folder(label: str) -> str:
@@ -157,13 +175,11 @@ def run_table3(out: Path, minutes: float, labels: list[str] | None = None, bleu_
     common = base_overrides(base, minutes, threads)
     base_config = multi30k_recipe(common).model_config(100)
     chosen = [r for r in TABLE3 if r.label in LABELS and (labels is None or r.label in labels)]
-    changes = {"base": {}} | {r.label: small_changes(r.label, base_config) for r in chosen}
-    for label in [label for label, c in changes.items() if "d_k" in c and not has_d_k_field()]:
-        log(f"== {label}: skipped, ModelConfig has no d_k field yet")
-        del changes[label]
+    changes = row_changes([r.label for r in chosen], base_config, log)
     out.mkdir(parents=True, exist_ok=True)
     shared_vocabulary(out, common, log)
-    key = {"minutes": minutes, "base": base, "threads": threads, "bleu_sentences": bleu_sentences}
+    key = {"minutes": minutes, "base": base, "threads": threads, "bleu_sentences": bleu_sentences,
+           "attention": multi30k_recipe(common).train.attention}  # the kernel sets the steps a minute (train/kernels.py)
     log(f"{len(changes)} rows of {minutes} min, {jobs} at a time, {threads or 'default'} thread(s) each")
     with ProcessPoolExecutor(jobs, mp_context=get_context("spawn")) if jobs > 1 else _InProcess() as pool:
         futures = {label: pool.submit(run_row, out, "base" if label == "base" else row_folder(label), common, c, key,
@@ -171,7 +187,8 @@ def run_table3(out: Path, minutes: float, labels: list[str] | None = None, bleu_
         measured = {label: future.result() for label, future in futures.items()}
     paper_base, measured_base = TABLE3[0], measured["base"]
     rows = [{"label": "base", "group": "base", "change": BASES[base], **measured_base,
-             "paper_ppl": paper_base.ppl, "paper_bleu": paper_base.bleu, "threads": threads, "jobs": jobs}]
+             "paper_ppl": paper_base.ppl, "paper_bleu": paper_base.bleu, "threads": threads, "jobs": jobs,
+             "attention": key["attention"]}]
     for row in (r for r in chosen if r.label in measured):
         m = measured[row.label]
         rows.append({"label": row.label, "group": row.group, "change": " ".join(overrides(changes[row.label])), **m,
@@ -201,6 +218,7 @@ def table_markdown(rows: list[dict[str, Any]], minutes: float) -> str:
     threads, jobs = rows[0].get("threads", 0), rows[0].get("jobs", 1)
     how = f", {threads} thread(s) a row" if threads else ""
     how += f", {jobs} rows at a time" if jobs > 1 else ""
+    how += f", attention kernel {rows[0]['attention']}" if rows[0].get("attention") else ""
     lines = [f"Table 3 at small scale: Multi30k En-De, {minutes} min of training a row{how}; dev perplexity per word "
              "piece (all 1,014 pairs) and BLEU (beam 4). The direction columns compare each row's change from "
              "the base with the paper's.", "",
