@@ -42,18 +42,55 @@ def test_every_finished_hypothesis_is_one_well_formed_tree_over_the_words(search
     words = torch.tensor([3, 1, 6])
     finished = 0
     for seed in range(12):
-        step = TreeConstrainedStep(RandomModel(seed), SYMBOLS, words)
         src = torch.full((3, 4), 5)
         config = DecodeConfig(beam_size=4 if search == "beam" else 1, extra_len=60)
+        step = TreeConstrainedStep(RandomModel(seed), SYMBOLS, words, config=config)
         hyps = beam_search(step, src, config) if search == "beam" else greedy_hypotheses(step, src, config)
         for n, h in zip(words.tolist(), hyps):
             sequence = [SYMBOLS[i] for i in h[0].tokens]
-            if sequence[-1] != "</s>":
-                continue  # stopped by the length limit: repair's job
+            assert sequence[-1] == "</s>" and len(sequence) <= 4 + 60  # the budget: every one ends in time
             finished += 1
             tree, fixes = repair(sequence[:-1], ["w"] * n, retag=False)  # the structure; tags are random
             assert fixes == Repairs() and len(tree.children) == 1 and not tree.children[0].is_preterminal
-    assert finished >= 30  # most of the 36 end, with every rule respected
+    assert finished == 36
+
+
+@pytest.mark.parametrize("search", ["beam", "greedy"])
+def test_the_length_budget_closes_the_tree_in_time(search):
+    """A limit that leaves room for one bracket more than the flattest tree: every output is a tree
+    that fits it, however much the model would rather open brackets; without the budget it is cut."""
+    class Opener(RandomModel):  # prefers opening brackets above everything
+        def step(self, tokens, cache):
+            scores = torch.randn(tokens.size(0), len(SYMBOLS), generator=self.generator)
+            scores[:, [SYMBOLS.index(s) for s in ("(S", "(NP", "(VP")]] += 10
+            return scores.log_softmax(-1), cache
+
+    words, src = torch.tensor([3, 2]), torch.full((2, 4), 5)
+    config = DecodeConfig(beam_size=4 if search == "beam" else 1, extra_len=4)  # 8 symbols: (S t t t )S </s> is 6
+    run = beam_search if search == "beam" else greedy_hypotheses
+    for budget in (config, None):
+        hyps = run(TreeConstrainedStep(Opener(0), SYMBOLS, words, config=budget), src, config)
+        ended = [SYMBOLS[h[0].tokens[-1]] == "</s>" for h in hyps]
+        if budget is None:
+            assert not any(ended)  # brackets opened until the limit cut them
+            continue
+        for n, h in zip(words.tolist(), hyps):
+            sequence = [SYMBOLS[i] for i in h[0].tokens]
+            assert sequence[-1] == "</s>" and len(sequence) <= 8, sequence
+            assert repair(sequence[:-1], ["w"] * n, retag=False)[1] == Repairs()
+            assert sum(s.startswith("(") for s in sequence) == 2  # the root and the one bracket that fits
+
+
+def test_a_row_the_search_extends_past_every_rule_stays_in_range():
+    """A beam with fewer legal candidates than slots extends -inf rows with any token; the state
+    of such a row stays in range (a 40-minute model's test parse once died at depth 129)."""
+    step = TreeConstrainedStep(RandomModel(0), SYMBOLS, torch.tensor([2]))
+    state = step.start(torch.full((1, 3), 5))
+    for _ in range(200):
+        _, state = step.step(torch.tensor([[SYMBOLS.index("(S")]]), state)
+    for _ in range(300):
+        log_probs, state = step.step(torch.tensor([[SYMBOLS.index(")S")]]), state)
+    assert 0 <= int(state.depth) < 128 and log_probs.shape == (1, len(SYMBOLS))
 
 
 def test_the_mask_of_a_partial_tree():

@@ -8,6 +8,11 @@ right after it opened, or one that would close the root before every word has a 
 opening bracket once every word has its tag; </s> before the tree is complete. Any search (beam,
 greedy) runs on it unchanged.
 
+A length budget keeps every hypothesis finishable: given the search's limit (input length + 300,
+§6.3), an opening bracket is allowed only while the symbols left could still tag the remaining
+words, close every open bracket and end with </s>. So a hypothesis that strays ends as a tree at the
+limit instead of being cut there (the root is always allowed, so a limit too short for any tree cuts).
+
 The words themselves anchor the tags (`word_rules`): the k-th tag written is word k's, so where the
 treebank fixes a word's tag (punctuation, `FIXED_TAGS`) only that tag may come next, and a word with
 a letter or a digit may not get a punctuation tag. These are the rules `repair` applies afterwards
@@ -26,7 +31,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ..decode.step import StepModel
+from ..config import DecodeConfig
+from ..decode.step import StepModel, search_limits
 from .linearize import FIXED_TAGS, PUNCTUATION, is_close, is_open
 
 MAX_DEPTH = 128
@@ -60,17 +66,23 @@ class TreeState:
     rules: Tensor  # (N, W) the row's sentence's word_rules
     stack: Tensor  # (N, D) the closing symbol each open bracket expects, innermost at depth - 1
     after_open: Tensor  # (N,) bool: the last token opened a bracket
+    written: Tensor  # (N,) symbols written so far
+    limit: Tensor  # (N,) the most symbols the row's sentence may have, </s> included
 
     def index_select(self, index: Tensor, sentences: Tensor | None = None) -> TreeState:
         return TreeState(self.cache.index_select(index, sentences), self.depth[index], self.tags[index],
-                         self.words[index], self.rules[index], self.stack[index], self.after_open[index])
+                         self.words[index], self.rules[index], self.stack[index], self.after_open[index],
+                         self.written[index], self.limit[index])
 
 
 class TreeConstrainedStep:
-    """inner (a StepModel over ParseTokenizer's symbols) with the tree rules applied to each step."""
+    """inner (a StepModel over ParseTokenizer's symbols) with the tree rules applied to each step.
 
-    def __init__(self, inner: StepModel, symbols: list[str], words: Tensor, rules: Tensor | None = None):
-        self.inner, self.words = inner, words  # words (B,): each sentence's word count
+    config: the search's settings, for its length limits (the budget); None for no budget."""
+
+    def __init__(self, inner: StepModel, symbols: list[str], words: Tensor, rules: Tensor | None = None,
+                 config: DecodeConfig | None = None):
+        self.inner, self.words, self.config = inner, words, config  # words (B,): each sentence's word count
         self.rules = torch.full((len(words), 1), FREE, dtype=torch.long) if rules is None else rules  # (B, W)
         self.bos_id, self.eos_id, self.pad_id = inner.bos_id, inner.eos_id, inner.pad_id
         self.banned, self.max_len = inner.banned, inner.max_len
@@ -86,9 +98,11 @@ class TreeConstrainedStep:
         B, device = src.size(0), src.device
         self._to(device)
         zeros = torch.zeros(B, dtype=torch.long, device=device)
+        limit = (search_limits(self, src, self.config) if self.config is not None
+                 else torch.full((B,), torch.iinfo(torch.long).max // 2, device=device))
         return TreeState(self.inner.start(src), zeros, zeros.clone(), self.words.to(device), self.rules.to(device),
                          torch.zeros(B, MAX_DEPTH, dtype=torch.long, device=device),
-                         torch.zeros(B, dtype=torch.bool, device=device))
+                         torch.zeros(B, dtype=torch.bool, device=device), zeros.clone(), limit.to(device))
 
     def _to(self, device: torch.device) -> None:
         for name in ("is_open", "is_close", "is_tag", "close_of", "is_punctuation"):
@@ -100,10 +114,13 @@ class TreeConstrainedStep:
         opened, closed = self.is_open[token], self.is_close[token]  # (N,) each; </s> and <s> are neither
         rows = opened.nonzero()[:, 0]
         state.stack[rows, state.depth[rows].clamp(max=MAX_DEPTH - 1)] = self.close_of[token[rows]]
-        depth = state.depth + opened.long() - closed.long()
+        # A row whose every choice was masked (-inf: a beam with fewer legal candidates than slots) can
+        # still be extended by the search; it never wins, and the clamp keeps its state in range.
+        depth = (state.depth + opened.long() - closed.long()).clamp(0, MAX_DEPTH - 1)
         tags = state.tags + self.is_tag[token].long()
+        written = state.written + (token != self.bos_id).long()
         log_probs, cache = self.inner.step(tokens, state.cache)  # the inner model's buffer, masked in place
-        nxt = TreeState(cache, depth, tags, state.words, state.rules, state.stack, opened)
+        nxt = TreeState(cache, depth, tags, state.words, state.rules, state.stack, opened, written, state.limit)
         log_probs.masked_fill_(~self.allowed(nxt), -math.inf)
         return log_probs, nxt
 
@@ -117,7 +134,9 @@ class TreeConstrainedStep:
                            self.is_tag[None, :] & ~(self.is_punctuation[None, :] & (rule == NO_PUNCTUATION)[:, None]))
         allowed = (tags & (s.depth > 0)[:, None]) | self.is_open[None, :]  # (N, V): one root
         allowed &= ~done[:, None]
-        allowed[:, self.is_open] &= (s.depth < MAX_DEPTH - 1)[:, None]
+        # The budget: after this bracket, the remaining tags, depth + 1 closes and </s> must still fit.
+        fits = s.written + 1 + (s.words - s.tags) + s.depth + 1 + 1 <= s.limit
+        allowed[:, self.is_open] &= ((s.depth < MAX_DEPTH - 1) & (fits | (s.depth == 0)))[:, None]
         may_close = (s.depth > 0) & ~s.after_open & ((s.depth > 1) | done)  # the root closes last
         top = s.stack[rows_n, (s.depth - 1).clamp(min=0)]  # (N,)
         rows = (may_close & (top >= 0)).nonzero()[:, 0]
