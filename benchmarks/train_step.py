@@ -1,12 +1,14 @@
 """One training step's throughput, aiayn against Hugging Face's MarianMTModel, same shapes, same batches.
 
-    .venv/bin/python benchmarks/train_step.py [--rounds 5] [--precision fp32 bf16]
+    .venv/bin/python benchmarks/train_step.py [--rounds 5] [--precision fp32 bf16] [--gemm mkl onednn]
 
 A step is forward, label-smoothed cross-entropy (0.1), backward and an Adam (0.9, 0.98, 1e-9)
 update at the rate of eq. (3), as PEERS.md measured fairseq (1.46-1.54x HF). Both models have
 opus-mt-en-de's base shapes (vocabulary 58,101, d_model 512, 6+6 layers, 8 heads, FFN 2048, swish,
 scaled and tied embeddings) and random weights; a batch is 128 x 32 source + 128 x 32 target ids,
 no padding. The engines alternate round by round in one process (2 threads); medians of rounds.
+aiayn runs once per --gemm backend (train.gemm: its fp32 products on MKL or oneDNN; bf16 autocast
+multiplies on oneDNN either way).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import torch.nn.functional as F  # noqa: E402
 
 from aiayn.config import ModelConfig  # noqa: E402
 from aiayn.model import Transformer  # noqa: E402
+from aiayn.train import gemm as train_gemm  # noqa: E402
 from aiayn.train import kernels  # noqa: E402
 from aiayn.train.loss import label_smoothed_nll  # noqa: E402
 from aiayn.train.schedule import rate  # noqa: E402
@@ -51,11 +54,14 @@ def hf_model():
     return MarianMTModel(config).train()
 
 
-def aiayn_step(model, optimizer, src, tgt_in, tgt_out, step: int, bf16: bool, kernel: str = "math") -> float:
-    """kernel: eq. (1)'s, as aiayn's training loop picks it on a CPU (train.attention: auto -> math)."""
+def aiayn_step(model, optimizer, src, tgt_in, tgt_out, step: int, bf16: bool, kernel: str = "math",
+               backend: str = "mkl") -> float:
+    """kernel: eq. (1)'s, as aiayn's training loop picks it on a CPU (train.attention: auto -> math);
+    backend: train.gemm's products."""
     for group in optimizer.param_groups:
         group["lr"] = rate(step, 512, 4000)
-    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16), kernels.attention(kernel):
+    with (torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16), kernels.attention(kernel),
+          train_gemm.products(backend)):
         logits = model(src, tgt_in)
     loss, _, n = label_smoothed_nll(logits, tgt_out, 0.1, PAD)
     (loss / n).backward()
@@ -90,6 +96,8 @@ def main() -> None:
     parser.add_argument("--fused-adam", action="store_true", help="fused Adam for aiayn (as its training loop uses)")
     parser.add_argument("--attention", default="auto", choices=kernels.KERNELS,
                         help="aiayn's attention kernel (train.attention; auto = math on a CPU); HF keeps its own")
+    parser.add_argument("--gemm", nargs="+", default=["mkl", "onednn"], choices=["mkl", "onednn"],
+                        help="aiayn's fp32 products (train.gemm), one aiayn engine each")
     args = parser.parse_args()
     kernel = kernels.attention_kernel(args.attention, torch.device("cpu"), 33)  # as the loop picks it for 32 + 33 tokens
     torch.set_num_threads(args.threads)
@@ -97,8 +105,13 @@ def main() -> None:
 
     print_host_rates()
     torch.manual_seed(0)
-    engines = {"aiayn": (aiayn_model(), partial(aiayn_step, kernel=kernel)), "Hugging Face": (hf_model(), hf_step)}
-    optimizers = {name: torch.optim.Adam(m.parameters(), betas=(0.9, 0.98), eps=1e-9, fused=args.fused_adam and name == "aiayn")
+    engines = {}
+    for backend in args.gemm:  # the same initial weights for each (seed 0)
+        torch.manual_seed(0)
+        engines[f"aiayn {backend}"] = (aiayn_model(), partial(aiayn_step, kernel=kernel, backend=backend))
+    engines["Hugging Face"] = (hf_model(), hf_step)
+    optimizers = {name: torch.optim.Adam(m.parameters(), betas=(0.9, 0.98), eps=1e-9,
+                                         fused=args.fused_adam and name.startswith("aiayn"))
                   for name, (m, _) in engines.items()}
     generator = torch.Generator().manual_seed(1234)
     rows = []
@@ -117,15 +130,17 @@ def main() -> None:
             if r:
                 print(f"{precision} round {r}: " + ", ".join(f"{n} {t[-1]:.2f} s" for n, t in times.items()), flush=True)
         tokens = 2 * 128 * 32
-        ratios = [h / a for a, h in zip(times["aiayn"], times["Hugging Face"])]
-        rows.append((precision, tokens / statistics.median(times["aiayn"]),
-                     tokens / statistics.median(times["Hugging Face"]), statistics.median(ratios)))
+        hf = times.pop("Hugging Face")
+        for name, ours in times.items():
+            ratios = [h / a for a, h in zip(ours, hf)]
+            rows.append((precision, name, tokens / statistics.median(ours), tokens / statistics.median(hf),
+                         statistics.median(ratios)))
     print(f"\none training step, base shapes, 128 x 32 + 128 x 32 tokens, {args.threads} threads, "
           f"medians of {args.rounds} alternated rounds; aiayn's attention kernel: {kernel}\n")
-    print("| precision | aiayn tok/s | Hugging Face tok/s | ratio (per round, median) |")
-    print("| --- | --- | --- | --- |")
-    for precision, ours, theirs, ratio in rows:
-        print(f"| {precision} | {ours:,.0f} | {theirs:,.0f} | {ratio:.2f}x |")
+    print("| precision | engine | aiayn tok/s | Hugging Face tok/s | ratio (per round, median) |")
+    print("| --- | --- | --- | --- | --- |")
+    for precision, name, ours, theirs, ratio in rows:
+        print(f"| {precision} | {name} | {ours:,.0f} | {theirs:,.0f} | {ratio:.2f}x |")
     print("\nPEERS.md, same machine: fairseq 1.46-1.54x Hugging Face (fp32); goal 1.75x.")
 
 

@@ -53,6 +53,7 @@ class TrainConfig:
     fp16: bool = False  # fp16 autocast with a gradient scaler (older GPUs without bf16)
     compile: bool = False  # torch.compile the model (the first steps pay for the compilation)
     attention: Literal["auto", "fused", "math"] = "auto"  # eq. (1)'s kernel; auto = math on a CPU (train/kernels.py)
+    gemm: Literal["auto", "mkl", "onednn"] = "auto"  # fp32 CPU products; auto = oneDNN where measured faster (train/gemm.py)
     max_steps: int = 100_000  # the paper's base model: 100,000 steps
     max_minutes: float = 0.0  # stop after this much training time; 0 = no limit
     max_epochs: int = 0  # 0 = no limit

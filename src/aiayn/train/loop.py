@@ -31,7 +31,7 @@ from ..io import load_model, read_column_major, read_safetensors, write_atomic
 from ..model import Transformer
 from ..recipe import Recipe
 from ..files import sweep_temporaries
-from . import distributed, kernels, precision, progress, run_folder
+from . import distributed, gemm, kernels, precision, progress, run_folder
 from .checkpoint import Checkpoints, TrainState, average_checkpoints, checkpoint_steps
 from .flops import train_flops
 from .interrupt import deferred_sigint
@@ -179,12 +179,14 @@ def _train(recipe: Recipe, out: Path, init: str | Path | None, log: Log) -> dict
     else:
         state = TrainState()
         torch.manual_seed(cfg.seed + rank), random.seed(cfg.seed), np.random.seed(cfg.seed)
+    state.gemm = gemm.choose(cfg.gemm, model.config, device, dtype, state.gemm)  # kept in the checkpoints
     if cfg.compile:
         model.compile()  # in place: the state dict keeps its names
     net = distributed.wrap(model, device)  # DDP with several ranks; save and evaluate `model`, the unwrapped one
     log(f"{model.num_parameters():,} parameters; {len(corpus):,} pairs, {len(stream)} batches an epoch; "
         f"{accum} micro-batch(es) of {cfg.batch_tokens:,} tokens per step x {world} process(es); device {device}, "
-        f"{'fp32' if dtype is None else str(dtype).removeprefix('torch.') + ' autocast'}, attention kernel {cfg.attention}")
+        f"{'fp32' if dtype is None else str(dtype).removeprefix('torch.') + ' autocast'}, attention kernel {cfg.attention}, "
+        f"{'fp32 products on ' + state.gemm if dtype is None and device.type == 'cpu' else 'products as autocast runs them'}")
     writer = tensorboard_writer(out) if main else None
     bar = progress.ProgressBar(cfg, state.step, state.elapsed, stream.epochs_done, disable=not main)  # nearest limit
     saved_at, began, tokens_before = state.step, time.perf_counter() - state.elapsed, state.tokens
@@ -206,7 +208,7 @@ def _train(recipe: Recipe, out: Path, init: str | Path | None, log: Log) -> dict
                 # all-reduce the gradients once, after the last micro-batch (DDP's no_sync before it)
                 kernel = kernels.attention_kernel(cfg.attention, device, max(b.src.size(1), b.tgt_in.size(1)))
                 with (distributed.no_sync(net, i < len(batches) - 1), precision.autocast(device, dtype),
-                      kernels.attention(kernel)):  # eq. (1): PyTorch's math kernel for short batches on a CPU
+                      kernels.attention(kernel), gemm.products(state.gemm)):  # eq. (1): math kernel for short batches on a CPU
                     logits = net(b.src, b.tgt_in)
                 loss, _, _ = label_smoothed_nll(logits, b.tgt_out, cfg.label_smoothing, model.config.pad_id)
                 scaler.scale(loss * world / n_tokens).backward()  # DDP averages gradients over ranks; undo that
