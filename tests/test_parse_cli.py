@@ -16,7 +16,7 @@ from aiayn.parse.evalb import evalb
 from aiayn.parse.linearize import linearize
 from aiayn.parse.parser import Parser
 from aiayn.parse.pcfg import PCFG, transform, untransform
-from aiayn.parse.tokenizer import ParseTokenizer
+from aiayn.parse.tokenizer import WORDS_FILE, ParseTokenizer, WordVocab
 from aiayn.parse.trees import parse_tree, read_treebank
 from aiayn.recipe import load_recipe
 from aiayn.train.loop import train
@@ -51,6 +51,29 @@ def test_tokenizer_keeps_tree_symbols_whole_and_reads_back(parser_dir, trees):
     assert len(ids) == len(sequence.split()) + 1 and tokenizer.unk_id not in ids
     assert tokenizer.decode(ids) == sequence
     assert Parser.load(parser_dir).translator.tokenizer.symbols == tokenizer.symbols
+
+
+def test_a_word_source_gives_word_k_position_k_and_unknown_words_their_class(tmp_path):
+    sentences = ["The cat sat .", "The dog sat on 1,000 mats .", "A Dog-like thing ran"]
+    words = WordVocab.train(sentences, 100)
+    assert words.words[:4] == ["<pad>", "<s>", "</s>", "<unk>"]
+    assert {"The", "sat", "."} <= set(words.words) and "cat" not in words.words  # seen once: its class
+    assert {"UNK", "UNK-C", "UNK-C-H", "UNK-D"} <= set(words.words)
+    ids = words.encode_batch(["The quickly Zebras 42 <s> sat"])[0]
+    assert len(ids) == 7 and ids[-1] == 2  # one id a word, then </s>
+    name = lambda i: words.words[i]  # noqa: E731
+    assert [name(i) for i in ids[:-1]] == ["The", "UNK", "UNK-C", "UNK-D", "UNK", "sat"]  # UNK-ly, UNK-C-s unseen
+    classes = sum(w.startswith("UNK") for w in words.words)
+    assert WordVocab.train(sentences, 4 + classes + 2).words[-2:] == [".", "The"]  # the most frequent fill the size
+    tokenizer = ParseTokenizer.train(sentences, ["(S NN )S"] * 3, 100, units="words")
+    tokenizer.save(tmp_path)
+    back = ParseTokenizer.load(tmp_path)
+    assert back.source.words == words.words and back.encode_source(["The cat"]) == words.encode_batch(["The cat"])
+    (tmp_path / WORDS_FILE).write_text('{"words": 3}')
+    with pytest.raises(ValueError, match="parse-words.json: not a source word list"):
+        ParseTokenizer.load(tmp_path)
+    with pytest.raises(ValueError, match="data.source_units: words is for parsing"):
+        load_recipe(None, ["--data.source_units=words"])
 
 
 def test_cli_one_tree_per_line_in_order_with_empty_lines(parser_dir, tmp_path, capsys):
@@ -106,8 +129,10 @@ def test_evaluate_task_parse_json(tmp_path, capsys, trees):
     assert "has 19 lines but" in capsys.readouterr().err
 
 
-def test_training_a_parser_from_the_recipe(tmp_path):
+@pytest.mark.parametrize("units", ["subwords", "words"])
+def test_training_a_parser_from_the_recipe(tmp_path, units):
     recipe = load_recipe(REPO / "recipes" / "ptb-parse.yaml", [
+        f"--data.source_units={units}",
         "--data.train=wsj_0001-0010", "--data.valid=wsj_0160", "--data.test=wsj_0199", "--data.vocab_size=300",
         "--data.max_subwords=90", "--model.d_model=32", "--model.d_ff=64", "--model.n_layers=1", "--model.n_heads=2",
         "--model.max_len=96", "--train.max_steps=2", "--train.save_every=1", "--train.beam_size=1",
@@ -118,6 +143,7 @@ def test_training_a_parser_from_the_recipe(tmp_path):
     assert len((tmp_path / "test.trees").read_text().splitlines()) == len(test_trees)
     parser = Parser.load(tmp_path / "model", beam_size=1)  # the tokenizer is saved beside the averaged model
     assert parser.translator.model.config.share_embeddings is False
+    assert isinstance(parser.translator.tokenizer.source, WordVocab) == (units == "words")
     assert [t.words() for t in parser.parse([" ".join(t.words()) for t in test_trees[:2]])] == [
         t.words() for t in test_trees[:2]]
 

@@ -34,6 +34,7 @@ class DataConfig:
     max_subwords: int = field(default=256, metadata={"help": "longer pairs are filtered (and reported)"})
     vocab_sample: int = 2_000_000  # sentences SentencePiece trains on
     vocab: str = field(default="", metadata={"help": "an existing SentencePiece model to use; \"\" = train one in OUT"})
+    source_units: Literal["subwords", "words"] = "subwords"  # ptb only: the sentence as BPE pieces or whole words
 
 
 @dataclass
@@ -217,6 +218,8 @@ def check_recipe(recipe: Recipe, where: str = "") -> None:
     if recipe.data.max_subwords > model.max_len:  # a kept pair must fit the position table
         raise ValueError(f"{where}data.max_subwords {recipe.data.max_subwords} is more than "
                          f"model.max_len {model.max_len}")
+    if recipe.data.source_units == "words" and recipe.data.format != "ptb":
+        raise ValueError(f"{where}data.source_units: words is for parsing (format: ptb); translation uses subwords")
 
 
 def read_yaml(path: Path) -> Any:

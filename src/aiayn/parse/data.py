@@ -7,8 +7,9 @@
       valid: wsj_0160-0179
       test: wsj_0180-0199
 
-Sources are the words, targets the linearised trees; the tokenizer (OUT/parse-source.spm and
-OUT/parse-target.json) is built once from the training trees and read back on resume.
+Sources are the words, targets the linearised trees; the tokenizer (OUT/parse-source.spm or, with
+`source_units: words`, OUT/parse-words.json, and OUT/parse-target.json) is built once from the
+training trees and read back on resume.
 """
 
 from __future__ import annotations
@@ -47,8 +48,8 @@ def start_parser(recipe: Recipe, out: Path, log: Log) -> tuple[Transformer, Pars
     if not ParseTokenizer.is_saved_in(out):
         if distributed.is_main():
             src, tgt = read_split(recipe.data, recipe.data.train)
-            tokenizer = ParseTokenizer.train(src, tgt, recipe.data.vocab_size)
-            log(f"{recipe.data.archive}: {len(src):,} training trees; {len(tokenizer):,} source pieces, "
+            tokenizer = ParseTokenizer.train(src, tgt, recipe.data.vocab_size, recipe.data.source_units)
+            log(f"{recipe.data.archive}: {len(src):,} training trees; {len(tokenizer):,} source {recipe.data.source_units}, "
                 f"{tokenizer.target_size:,} target symbols")
             tokenizer.save(out)
         distributed.barrier()

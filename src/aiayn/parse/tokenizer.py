@@ -1,10 +1,13 @@
-"""The parser's tokenizer (§6.3): SentencePiece subwords for the words, whole symbols for the trees.
+"""The parser's tokenizer (§6.3): subwords or whole words for the sentence, whole symbols for the trees.
 
 A target symbol is an opening bracket "(NP", a closing one ")NP" or a POS tag, and must stay one
 token: the target side has its own vocabulary (the model is built with tgt_vocab_size and
-share_embeddings=False). Stored beside the model as two files:
+share_embeddings=False). The source is SentencePiece subwords, or (`data.source_units: words`)
+whole words as in the work §6.3 follows (Vinyals et al. 2015 kept the most frequent words): then
+source position k is word k, whose tag is the k-th tag of the target. Stored beside the model:
 
-    DIR/parse-source.spm     the source SentencePiece model (ids 0-3: <pad> <s> </s> <unk>)
+    DIR/parse-source.spm     the source SentencePiece model (ids 0-3: <pad> <s> </s> <unk>), or
+    DIR/parse-words.json     {"words": [...]}, the source words and unknown-word classes in id order
     DIR/parse-target.json    {"symbols": [...]}, the target vocabulary in id order (the same 0-3)
 """
 
@@ -17,8 +20,61 @@ from pathlib import Path
 
 from ..data.vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Vocab
 
-SOURCE_FILE, TARGET_FILE = "parse-source.spm", "parse-target.json"
+SOURCE_FILE, WORDS_FILE, TARGET_FILE = "parse-source.spm", "parse-words.json", "parse-target.json"
 SPECIALS = ("<pad>", "<s>", "</s>", "<unk>")  # ids PAD_ID, BOS_ID, EOS_ID, UNK_ID
+
+
+class WordVocab:
+    """Whole words as source ids: the training words seen at least twice (the most frequent first, up
+    to the vocabulary's size), and for any other word its shape class (capitalised, digit, hyphen,
+    suffix: aiayn.parse.pcfg.signature), learnt from the words seen once. Vocab's interface."""
+
+    def __init__(self, words: list[str]):
+        if tuple(words[: len(SPECIALS)]) != SPECIALS:
+            raise ValueError(f"the source words must start with {', '.join(SPECIALS)}")
+        self.words = list(words)
+        self.ids = {w: i for i, w in enumerate(self.words) if i >= len(SPECIALS)}  # "<s>" typed in is a word
+
+    @classmethod
+    def train(cls, sentences: list[str], size: int, min_count: int = 2) -> WordVocab:
+        from .pcfg import signature
+
+        counts = Counter(w for s in sentences for w in s.split())
+        classes = sorted({signature(w) for w in counts})  # every class a training word falls in
+        kept = sorted((w for w, c in counts.items() if c >= min_count), key=lambda w: (-counts[w], w))
+        return cls([*SPECIALS, *classes, *kept[: max(size - len(SPECIALS) - len(classes), 0)]])
+
+    def __len__(self) -> int:
+        return len(self.words)
+
+    @property
+    def proto(self) -> bytes:
+        return json.dumps({"words": self.words}).encode()
+
+    def encode_batch(self, texts: list[str], add_eos: bool = True) -> list[list[int]]:
+        out = [[self.ids.get(w) or self.unknown(w) for w in text.split()] for text in texts]
+        return [x + [EOS_ID] for x in out] if add_eos else out
+
+    def unknown(self, word: str) -> int:
+        """The id of an unknown word's class, dropping its last feature while training never saw the class."""
+        from .pcfg import signature
+
+        parts = signature(word).split("-")
+        while parts:
+            if (i := self.ids.get("-".join(parts))) is not None:
+                return i
+            parts.pop()
+        return UNK_ID
+
+    @classmethod
+    def load(cls, path: Path) -> WordVocab:
+        try:
+            words = json.loads(path.read_text(encoding="utf-8"))["words"]
+            if not isinstance(words, list) or not all(isinstance(w, str) for w in words):
+                raise TypeError("expected a list of strings")
+            return cls(words)
+        except (ValueError, KeyError, TypeError) as err:
+            raise ValueError(f"{path}: not a source word list ({err})") from None
 
 
 class ParseTokenizer:
@@ -26,17 +82,19 @@ class ParseTokenizer:
 
     pad_id, bos_id, eos_id, unk_id = PAD_ID, BOS_ID, EOS_ID, UNK_ID
 
-    def __init__(self, source: Vocab, symbols: list[str]):
+    def __init__(self, source: Vocab | WordVocab, symbols: list[str]):
         if tuple(symbols[: len(SPECIALS)]) != SPECIALS:
             raise ValueError(f"the target vocabulary must start with {', '.join(SPECIALS)}")
         self.source, self.symbols = source, list(symbols)
         self.ids = {s: i for i, s in enumerate(self.symbols)}
 
     @classmethod
-    def train(cls, sentences: list[str], sequences: Iterable[str], vocab_size: int) -> ParseTokenizer:
-        """A source BPE model of vocab_size pieces on the sentences; every target symbol seen, by frequency."""
+    def train(cls, sentences: list[str], sequences: Iterable[str], vocab_size: int,
+              units: str = "subwords") -> ParseTokenizer:
+        """A source vocabulary of vocab_size BPE pieces (or words) on the sentences; every target symbol seen, by frequency."""
         counts = Counter(s for seq in sequences for s in seq.split())
-        return cls(Vocab.train(sentences, vocab_size), [*SPECIALS, *sorted(counts, key=lambda s: (-counts[s], s))])
+        source = WordVocab.train(sentences, vocab_size) if units == "words" else Vocab.train(sentences, vocab_size)
+        return cls(source, [*SPECIALS, *sorted(counts, key=lambda s: (-counts[s], s))])
 
     @property
     def source_proto(self) -> bytes:  # what training's cache key hashes (aiayn.train.loop.tokenizer_digest)
@@ -73,7 +131,8 @@ class ParseTokenizer:
 
     def files(self) -> dict[str, bytes]:
         """File name -> contents, for saving beside a model."""
-        return {SOURCE_FILE: self.source.proto, TARGET_FILE: json.dumps({"symbols": self.symbols}).encode()}
+        source = WORDS_FILE if isinstance(self.source, WordVocab) else SOURCE_FILE
+        return {source: self.source.proto, TARGET_FILE: json.dumps({"symbols": self.symbols}).encode()}
 
     def save(self, directory: str | Path) -> None:
         from ..io import write_atomic
@@ -84,14 +143,16 @@ class ParseTokenizer:
     @classmethod
     def load(cls, directory: str | Path) -> ParseTokenizer:
         directory = Path(directory)
-        for name in (SOURCE_FILE, TARGET_FILE):
-            if not (directory / name).is_file():
-                raise FileNotFoundError(f"{directory}: no {name}; not a parsing model directory")
+        if not (directory / TARGET_FILE).is_file():
+            raise FileNotFoundError(f"{directory}: no {TARGET_FILE}; not a parsing model directory")
+        if not (directory / SOURCE_FILE).is_file() and not (directory / WORDS_FILE).is_file():
+            raise FileNotFoundError(f"{directory}: no {SOURCE_FILE} or {WORDS_FILE}; not a parsing model directory")
         try:
             symbols = json.loads((directory / TARGET_FILE).read_text(encoding="utf-8"))["symbols"]
         except (ValueError, KeyError, TypeError) as err:
             raise ValueError(f"{directory / TARGET_FILE}: not a target vocabulary ({err})") from None
-        return cls(Vocab.load(directory / SOURCE_FILE), symbols)
+        words = directory / WORDS_FILE
+        return cls(WordVocab.load(words) if words.is_file() else Vocab.load(directory / SOURCE_FILE), symbols)
 
     @staticmethod
     def is_saved_in(directory: str | Path) -> bool:
