@@ -93,17 +93,28 @@ def measure(config: ModelConfig, rows: int, repeats: int = 3) -> dict[str, float
     runs = {"mkl": lambda: [x @ w.t() for w in columns]}
     if onednn_available():
         runs["onednn"] = lambda: [onednn_linear(x, w, None) for w in weights]
-    seconds = {}
     with torch.inference_mode():
-        for name, run in runs.items():
-            run()  # warm-up: first-call set-up is not the rate
-            best = float("inf")
-            for _ in range(repeats):
-                began = time.perf_counter()
-                run()
-                best = min(best, time.perf_counter() - began)
-            seconds[name] = best
-    return seconds
+        return {name: best_seconds(run, repeats) for name, run in runs.items()}
+
+
+def best_seconds(run, repeats: int) -> float:
+    """The fastest of `repeats` timed calls of run(), after one untimed call (first-call set-up is not the rate)."""
+    run()
+    best = float("inf")
+    for _ in range(repeats):
+        began = time.perf_counter()
+        run()
+        best = min(best, time.perf_counter() - began)
+    return best
+
+
+def rank_zeros(name: str) -> str:
+    """Under torch.distributed, rank 0's name on every rank, so that one job computes one way."""
+    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        shared = [name]
+        dist.broadcast_object_list(shared, src=0)
+        name = shared[0]
+    return name
 
 
 def choose(config: ModelConfig, rows: int, option: str | None = None) -> str:
@@ -115,11 +126,7 @@ def choose(config: ModelConfig, rows: int, option: str | None = None) -> str:
     if name is None:
         seconds = measure(config, rows)
         name = min(seconds, key=seconds.get)
-    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
-        shared = [name]
-        dist.broadcast_object_list(shared, src=0)
-        name = shared[0]
-    return name
+    return rank_zeros(name)
 
 
 def use_onednn(model: nn.Module) -> None:

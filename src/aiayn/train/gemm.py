@@ -21,16 +21,21 @@ the uninterrupted one did; AIAYN_GEMM (or train.gemm) forces one, as AIAYN_GEMM 
 from __future__ import annotations
 
 import contextlib
-import time
 
 import torch
-import torch.distributed as dist
 import torch.nn.functional as F
 from torch import Tensor
 from torch.overrides import TorchFunctionMode
 
 from ..config import ModelConfig
-from ..decode.backend import BACKENDS, forced, onednn_available, onednn_linear
+from ..decode.backend import (
+    BACKENDS,
+    best_seconds,
+    forced,
+    onednn_available,
+    onednn_linear,
+    rank_zeros,
+)
 
 CHOICES = ("auto", *BACKENDS)
 MIN_GAIN = 1.10  # auto takes oneDNN only when MKL takes at least this much longer
@@ -102,13 +107,7 @@ def measure(config: ModelConfig, rows: int = 1024, repeats: int = 2) -> dict[str
     seconds = {}
     for name in BACKENDS if onednn_available() else ("mkl",):
         with products(name):
-            run()  # warm-up: first-call set-up is not the rate
-            best = float("inf")
-            for _ in range(repeats):
-                began = time.perf_counter()
-                run()
-                best = min(best, time.perf_counter() - began)
-        seconds[name] = best
+            seconds[name] = best_seconds(run, repeats)
     return seconds
 
 
@@ -129,8 +128,4 @@ def choose(option: str, config: ModelConfig, device: torch.device, dtype: torch.
     if name is None:
         seconds = measure(config)
         name = "onednn" if seconds.get("onednn", float("inf")) * MIN_GAIN <= seconds["mkl"] else "mkl"
-    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
-        shared = [name]
-        dist.broadcast_object_list(shared, src=0)
-        name = shared[0]
-    return name
+    return rank_zeros(name)
