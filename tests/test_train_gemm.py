@@ -59,6 +59,7 @@ def test_the_choice_forced_kept_or_measured(monkeypatch):
     assert gemm.measured_flop(base) >= gemm.MIN_FLOP
     assert gemm.choose("auto", base, cpu, None) in ("mkl", "onednn")  # measured
     assert gemm.choose("onednn", tiny, cpu, torch.bfloat16) == "mkl"  # autocast multiplies on its own
+    assert gemm.choose("onednn", tiny, cpu, None, compiled=True) == "mkl"  # so does the compiler
     monkeypatch.setenv(backend.ENV, "onednn")
     assert gemm.choose("auto", tiny, cpu, None, kept="mkl") == "onednn"
     with pytest.raises(ValueError, match="train.gemm: 'blas' is not one of auto, mkl, onednn"):

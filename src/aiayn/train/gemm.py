@@ -112,15 +112,15 @@ def measure(config: ModelConfig, rows: int = 1024, repeats: int = 2) -> dict[str
 
 
 def choose(option: str, config: ModelConfig, device: torch.device, dtype: torch.dtype | None,
-           kept: str = "") -> str:
+           kept: str = "", compiled: bool = False) -> str:
     """The backend of a run: forced (train.gemm, AIAYN_GEMM), else the one its checkpoints kept, else measured.
 
-    Off a CPU or under autocast, "mkl" (nothing to choose: F.linear is left alone). Every rank of a
+    Off a CPU, under autocast or torch.compile, "mkl" (nothing to choose: F.linear is left alone). Every rank of a
     torch.distributed job gets rank 0's answer.
     """
     if option not in CHOICES:
         raise ValueError(f"train.gemm: {option!r} is not one of {', '.join(CHOICES)}")
-    if device.type != "cpu" or dtype is not None:
+    if device.type != "cpu" or dtype is not None or compiled:
         return "mkl"
     name = forced(option) or kept or None
     if name is None and measured_flop(config) < MIN_FLOP:

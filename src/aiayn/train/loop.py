@@ -179,7 +179,7 @@ def _train(recipe: Recipe, out: Path, init: str | Path | None, log: Log) -> dict
     else:
         state = TrainState()
         torch.manual_seed(cfg.seed + rank), random.seed(cfg.seed), np.random.seed(cfg.seed)
-    state.gemm = gemm.choose(cfg.gemm, model.config, device, dtype, state.gemm)  # kept in the checkpoints
+    state.gemm = gemm.choose(cfg.gemm, model.config, device, dtype, state.gemm, cfg.compile)  # kept in checkpoints
     if cfg.compile:
         model.compile()  # in place: the state dict keeps its names
     net = distributed.wrap(model, device)  # DDP with several ranks; save and evaluate `model`, the unwrapped one
