@@ -185,8 +185,8 @@ def _train(recipe: Recipe, out: Path, init: str | Path | None, log: Log) -> dict
     net = distributed.wrap(model, device)  # DDP with several ranks; save and evaluate `model`, the unwrapped one
     log(f"{model.num_parameters():,} parameters; {len(corpus):,} pairs, {len(stream)} batches an epoch; "
         f"{accum} micro-batch(es) of {cfg.batch_tokens:,} tokens per step x {world} process(es); device {device}, "
-        f"{'fp32' if dtype is None else str(dtype).removeprefix('torch.') + ' autocast'}, attention kernel {cfg.attention}, "
-        f"{'fp32 products on ' + state.gemm if dtype is None and device.type == 'cpu' else 'products as autocast runs them'}")
+        f"{'fp32' if dtype is None else str(dtype).removeprefix('torch.') + ' autocast'}, attention kernel {cfg.attention}"
+        f"{', fp32 products on ' + state.gemm if dtype is None and device.type == 'cpu' else ''}")
     writer = tensorboard_writer(out) if main else None
     bar = progress.ProgressBar(cfg, state.step, state.elapsed, stream.epochs_done, disable=not main)  # nearest limit
     saved_at, began, tokens_before = state.step, time.perf_counter() - state.elapsed, state.tokens
