@@ -51,6 +51,7 @@ def test_tokenizer_keeps_tree_symbols_whole_and_reads_back(parser_dir, trees):
     assert len(ids) == len(sequence.split()) + 1 and tokenizer.unk_id not in ids
     assert tokenizer.decode(ids) == sequence
     assert Parser.load(parser_dir).translator.tokenizer.symbols == tokenizer.symbols
+    assert tokenizer.shape.open_run >= 2 and tokenizer.shape.depth >= 2  # the training trees' bounds, read back
 
 
 def test_a_word_source_gives_word_k_position_k_and_unknown_words_their_class(tmp_path):

@@ -8,7 +8,7 @@ import torch
 from aiayn.config import DecodeConfig
 from aiayn.decode.beam import beam_search
 from aiayn.decode.greedy import greedy_hypotheses
-from aiayn.parse.constrain import FREE, NO_PUNCTUATION, TreeConstrainedStep, word_rules
+from aiayn.parse.constrain import FREE, NO_PUNCTUATION, TreeConstrainedStep, TreeShape, word_rules
 from aiayn.parse.linearize import Repairs, repair
 
 SYMBOLS = ["<pad>", "<s>", "</s>", "<unk>", "(S", ")S", "(NP", ")NP", "(VP", ")VP", "NN", "VB", "."]
@@ -135,3 +135,40 @@ def test_the_words_anchor_the_tags(search):
             assert [t == "." for t in tags] == [w == "." for w in sentence], sequence
             assert repair(sequence[:-1], sentence)[1] == Repairs()  # nothing left to retag
     assert finished >= 12
+
+
+def test_the_training_trees_bound_runs_of_opening_brackets_and_depth():
+    from aiayn.parse.linearize import linearize
+    from aiayn.parse.trees import read_treebank
+
+    from conftest import DATA
+
+    trees = read_treebank(DATA / "ptb-sample" / "treebank.zip", "wsj_0001-0159")
+    assert TreeShape.of([linearize(t) for t in trees]) == TreeShape(open_run=6, depth=28)
+    assert TreeShape.of([["(S", "(NP", "NN", ")NP", "(VP", "VB", ")VP", ")S"]]) == TreeShape(open_run=2, depth=2)
+
+    shape = TreeShape(open_run=2, depth=4)
+    step = TreeConstrainedStep(RandomModel(0), SYMBOLS, torch.tensor([4]), shape=shape)
+    state = step.start(torch.full((1, 3), 5))
+    opens = lambda: [t for t, ok in zip(SYMBOLS, step.allowed(state)[0].tolist()) if ok and t.startswith("(")]  # noqa: E731
+    for token, may_open in [("(S", True), ("(NP", False), ("NN", True), ("(VP", True), ("(NP", False), ("NN", False)]:
+        _, state = step.step(torch.tensor([[SYMBOLS.index(token)]]), state)  # run 1, 2, 0, 1, 2; depth 4 at the end
+        assert bool(opens()) == may_open, token
+
+
+@pytest.mark.parametrize("search", ["beam", "greedy"])
+def test_a_model_that_keeps_opening_brackets_writes_trees_of_the_training_shape(search):
+    class Opener(RandomModel):
+        def step(self, tokens, cache):
+            scores = torch.randn(tokens.size(0), len(SYMBOLS), generator=self.generator)
+            scores[:, [SYMBOLS.index(s) for s in ("(S", "(NP", "(VP")]] += 10
+            return scores.log_softmax(-1), cache
+
+    shape, words = TreeShape(open_run=3, depth=4), torch.tensor([5, 2])
+    config = DecodeConfig(beam_size=4 if search == "beam" else 1, extra_len=300)
+    run = beam_search if search == "beam" else greedy_hypotheses
+    for h, n in zip(run(TreeConstrainedStep(Opener(1), SYMBOLS, words, config=config, shape=shape),
+                        torch.full((2, 4), 5), config), words.tolist()):
+        sequence = [SYMBOLS[i] for i in h[0].tokens][:-1]
+        assert TreeShape.of([sequence]).open_run <= 3 and TreeShape.of([sequence]).depth <= 4, sequence
+        assert repair(sequence, ["w"] * n, retag=False)[1] == Repairs()

@@ -8,6 +8,11 @@ right after it opened, or one that would close the root before every word has a 
 opening bracket once every word has its tag; </s> before the tree is complete. Any search (beam,
 greedy) runs on it unchanged.
 
+The training trees bound the shape (`TreeShape`, kept with the target vocabulary): no more
+opening brackets in a row, and no deeper nesting, than any training tree has (6 and 28 in the
+sample's training files). Without that bound a model that has lost its place in the sentence
+opens brackets over and over ("(NP (NP (NP ...") until the length limit.
+
 A length budget keeps every hypothesis finishable: given the search's limit (input length + 300,
 §6.3), an opening bracket is allowed only while the symbols left could still tag the remaining
 words, close every open bracket and end with </s>. So a hypothesis that strays ends as a tree at the
@@ -65,24 +70,44 @@ class TreeState:
     words: Tensor  # (N,) words of the row's sentence
     rules: Tensor  # (N, W) the row's sentence's word_rules
     stack: Tensor  # (N, D) the closing symbol each open bracket expects, innermost at depth - 1
-    after_open: Tensor  # (N,) bool: the last token opened a bracket
+    open_run: Tensor  # (N,) opening brackets written in a row just now (0: the last token opened none)
     written: Tensor  # (N,) symbols written so far
     limit: Tensor  # (N,) the most symbols the row's sentence may have, </s> included
 
     def index_select(self, index: Tensor, sentences: Tensor | None = None) -> TreeState:
         return TreeState(self.cache.index_select(index, sentences), self.depth[index], self.tags[index],
-                         self.words[index], self.rules[index], self.stack[index], self.after_open[index],
+                         self.words[index], self.rules[index], self.stack[index], self.open_run[index],
                          self.written[index], self.limit[index])
+
+
+@dataclass(frozen=True)
+class TreeShape:
+    """The most opening brackets in a row, and the deepest nesting, of the training trees."""
+
+    open_run: int = MAX_DEPTH
+    depth: int = MAX_DEPTH - 1
+
+    @classmethod
+    def of(cls, sequences: list[list[str]]) -> TreeShape:
+        open_run = depth = 0
+        for sequence in sequences:
+            run = d = 0
+            for symbol in sequence:
+                run = run + 1 if is_open(symbol) else 0
+                d += is_open(symbol) - is_close(symbol)
+                open_run, depth = max(open_run, run), max(depth, d)
+        return cls(min(max(open_run, 1), MAX_DEPTH), min(max(depth, 1), MAX_DEPTH - 1))
 
 
 class TreeConstrainedStep:
     """inner (a StepModel over ParseTokenizer's symbols) with the tree rules applied to each step.
 
-    config: the search's settings, for its length limits (the budget); None for no budget."""
+    config: the search's settings, for its length limits (the budget); None for no budget.
+    shape: the training trees' bounds; the default bounds nothing but MAX_DEPTH."""
 
     def __init__(self, inner: StepModel, symbols: list[str], words: Tensor, rules: Tensor | None = None,
-                 config: DecodeConfig | None = None):
-        self.inner, self.words, self.config = inner, words, config  # words (B,): each sentence's word count
+                 config: DecodeConfig | None = None, shape: TreeShape = TreeShape()):
+        self.inner, self.words, self.config, self.shape = inner, words, config, shape  # words (B,): word counts
         self.rules = torch.full((len(words), 1), FREE, dtype=torch.long) if rules is None else rules  # (B, W)
         self.bos_id, self.eos_id, self.pad_id = inner.bos_id, inner.eos_id, inner.pad_id
         self.banned, self.max_len = inner.banned, inner.max_len
@@ -102,7 +127,7 @@ class TreeConstrainedStep:
                  else torch.full((B,), torch.iinfo(torch.long).max // 2, device=device))
         return TreeState(self.inner.start(src), zeros, zeros.clone(), self.words.to(device), self.rules.to(device),
                          torch.zeros(B, MAX_DEPTH, dtype=torch.long, device=device),
-                         torch.zeros(B, dtype=torch.bool, device=device), zeros.clone(), limit.to(device))
+                         zeros.clone(), zeros.clone(), limit.to(device))
 
     def _to(self, device: torch.device) -> None:
         for name in ("is_open", "is_close", "is_tag", "close_of", "is_punctuation"):
@@ -120,7 +145,8 @@ class TreeConstrainedStep:
         tags = state.tags + self.is_tag[token].long()
         written = state.written + (token != self.bos_id).long()
         log_probs, cache = self.inner.step(tokens, state.cache)  # the inner model's buffer, masked in place
-        nxt = TreeState(cache, depth, tags, state.words, state.rules, state.stack, opened, written, state.limit)
+        run = (state.open_run + 1) * opened.long()  # opening brackets in a row
+        nxt = TreeState(cache, depth, tags, state.words, state.rules, state.stack, run, written, state.limit)
         log_probs.masked_fill_(~self.allowed(nxt), -math.inf)
         return log_probs, nxt
 
@@ -136,8 +162,9 @@ class TreeConstrainedStep:
         allowed &= ~done[:, None]
         # The budget: after this bracket, the remaining tags, depth + 1 closes and </s> must still fit.
         fits = s.written + 1 + (s.words - s.tags) + s.depth + 1 + 1 <= s.limit
-        allowed[:, self.is_open] &= ((s.depth < MAX_DEPTH - 1) & (fits | (s.depth == 0)))[:, None]
-        may_close = (s.depth > 0) & ~s.after_open & ((s.depth > 1) | done)  # the root closes last
+        bounds = (s.depth < self.shape.depth) & (s.open_run < self.shape.open_run)  # as deep as training trees go
+        allowed[:, self.is_open] &= (bounds & (fits | (s.depth == 0)))[:, None]
+        may_close = (s.depth > 0) & (s.open_run == 0) & ((s.depth > 1) | done)  # the root closes last
         top = s.stack[rows_n, (s.depth - 1).clamp(min=0)]  # (N,)
         rows = (may_close & (top >= 0)).nonzero()[:, 0]
         allowed[rows, top[rows]] = True

@@ -78,7 +78,7 @@ class Parser:
             src = torch.tensor([ids[i] + [t.model.config.pad_id] * (S - len(ids[i])) for i in batch], device=t.device)
             words = [sentences[i].split() for i in batch]
             step = TreeConstrainedStep(as_step_model(t.model), t.tokenizer.symbols, torch.tensor([len(w) for w in words]),
-                                       word_rules(words, t.tokenizer.symbols), t.config)
+                                       word_rules(words, t.tokenizer.symbols), t.config, t.tokenizer.shape)
             search = beam_search if t.config.beam_size > 1 else greedy_hypotheses
             for i, hyps in zip(batch, search(step, src, t.config)):
                 out[i] = t.tokenizer.decode(hyps[0].tokens) if hyps else ""

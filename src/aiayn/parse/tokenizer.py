@@ -8,17 +8,20 @@ source position k is word k, whose tag is the k-th tag of the target. Stored bes
 
     DIR/parse-source.spm     the source SentencePiece model (ids 0-3: <pad> <s> </s> <unk>), or
     DIR/parse-words.json     {"words": [...]}, the source words and unknown-word classes in id order
-    DIR/parse-target.json    {"symbols": [...]}, the target vocabulary in id order (the same 0-3)
+    DIR/parse-target.json    {"symbols": [...], "shape": {...}}, the target vocabulary in id order (the
+                             same 0-3) and the training trees' bounds (aiayn.parse.constrain.TreeShape)
 """
 
 from __future__ import annotations
 
 import json
 from collections import Counter
+from dataclasses import asdict
 from collections.abc import Iterable
 from pathlib import Path
 
 from ..data.vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Vocab
+from .constrain import TreeShape
 
 SOURCE_FILE, WORDS_FILE, TARGET_FILE = "parse-source.spm", "parse-words.json", "parse-target.json"
 SPECIALS = ("<pad>", "<s>", "</s>", "<unk>")  # ids PAD_ID, BOS_ID, EOS_ID, UNK_ID
@@ -82,19 +85,20 @@ class ParseTokenizer:
 
     pad_id, bos_id, eos_id, unk_id = PAD_ID, BOS_ID, EOS_ID, UNK_ID
 
-    def __init__(self, source: Vocab | WordVocab, symbols: list[str]):
+    def __init__(self, source: Vocab | WordVocab, symbols: list[str], shape: TreeShape = TreeShape()):
         if tuple(symbols[: len(SPECIALS)]) != SPECIALS:
             raise ValueError(f"the target vocabulary must start with {', '.join(SPECIALS)}")
-        self.source, self.symbols = source, list(symbols)
+        self.source, self.symbols, self.shape = source, list(symbols), shape
         self.ids = {s: i for i, s in enumerate(self.symbols)}
 
     @classmethod
     def train(cls, sentences: list[str], sequences: Iterable[str], vocab_size: int,
               units: str = "subwords") -> ParseTokenizer:
         """A source vocabulary of vocab_size BPE pieces (or words) on the sentences; every target symbol seen, by frequency."""
-        counts = Counter(s for seq in sequences for s in seq.split())
+        sequences = [seq.split() for seq in sequences]
+        counts = Counter(s for seq in sequences for s in seq)
         source = WordVocab.train(sentences, vocab_size) if units == "words" else Vocab.train(sentences, vocab_size)
-        return cls(source, [*SPECIALS, *sorted(counts, key=lambda s: (-counts[s], s))])
+        return cls(source, [*SPECIALS, *sorted(counts, key=lambda s: (-counts[s], s))], TreeShape.of(sequences))
 
     @property
     def source_proto(self) -> bytes:  # what training's cache key hashes (aiayn.train.loop.tokenizer_digest)
@@ -132,7 +136,8 @@ class ParseTokenizer:
     def files(self) -> dict[str, bytes]:
         """File name -> contents, for saving beside a model."""
         source = WORDS_FILE if isinstance(self.source, WordVocab) else SOURCE_FILE
-        return {source: self.source.proto, TARGET_FILE: json.dumps({"symbols": self.symbols}).encode()}
+        target = {"symbols": self.symbols, "shape": asdict(self.shape)}
+        return {source: self.source.proto, TARGET_FILE: json.dumps(target).encode()}
 
     def save(self, directory: str | Path) -> None:
         from ..io import write_atomic
@@ -148,11 +153,13 @@ class ParseTokenizer:
         if not (directory / SOURCE_FILE).is_file() and not (directory / WORDS_FILE).is_file():
             raise FileNotFoundError(f"{directory}: no {SOURCE_FILE} or {WORDS_FILE}; not a parsing model directory")
         try:
-            symbols = json.loads((directory / TARGET_FILE).read_text(encoding="utf-8"))["symbols"]
-        except (ValueError, KeyError, TypeError) as err:
+            target = json.loads((directory / TARGET_FILE).read_text(encoding="utf-8"))
+            symbols = target["symbols"]
+            shape = TreeShape(**{k: int(v) for k, v in target.get("shape", {}).items()})  # older files: none
+        except (ValueError, KeyError, TypeError, AttributeError) as err:
             raise ValueError(f"{directory / TARGET_FILE}: not a target vocabulary ({err})") from None
         words = directory / WORDS_FILE
-        return cls(WordVocab.load(words) if words.is_file() else Vocab.load(directory / SOURCE_FILE), symbols)
+        return cls(WordVocab.load(words) if words.is_file() else Vocab.load(directory / SOURCE_FILE), symbols, shape)
 
     @staticmethod
     def is_saved_in(directory: str | Path) -> bool:
