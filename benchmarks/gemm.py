@@ -12,10 +12,10 @@ Rates are the best of a few repeats, in GFLOP/s, on the threads torch uses.
 
 from __future__ import annotations
 
-import time
-
 import torch
 import torch.nn.functional as F
+
+from aiayn.decode.backend import best_seconds
 
 # (name, rows, in, out): decoding's pre-softmax projection (opus-mt-en-de: 58,101 pieces) at beam 4 x
 # batch 32, batch 32 and beam 4 x batch 1; an FFN layer; the training step's projection (4,096 tokens).
@@ -29,27 +29,17 @@ SHAPES = (
 )
 
 
-def _best(fn, repeats: int) -> float:
-    fn()
-    best = float("inf")
-    for _ in range(repeats):
-        began = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - began)
-    return best
-
-
 def host_rates(repeats: int = 3) -> list[tuple[str, float, float | None]]:
     """(shape name, MKL GFLOP/s, oneDNN GFLOP/s or None where PyTorch has no oneDNN) for each shape."""
     rows_out = []
     for name, n, d_in, d_out in SHAPES:
         x, w = torch.randn(n, d_in), torch.randn(d_out, d_in)
         flops = 2 * n * d_in * d_out
-        mkl = flops / _best(lambda: F.linear(x, w), repeats) / 1e9
+        mkl = flops / best_seconds(lambda: F.linear(x, w), repeats) / 1e9
         onednn = None
         if torch.backends.mkldnn.is_available():
             packed = w.to_mkldnn()
-            onednn = flops / _best(lambda: torch._C._nn.mkldnn_linear(x.to_mkldnn(), packed, None).to_dense(), repeats) / 1e9
+            onednn = flops / best_seconds(lambda: torch._C._nn.mkldnn_linear(x.to_mkldnn(), packed, None).to_dense(), repeats) / 1e9
         rows_out.append((name, mkl, onednn))
     return rows_out
 

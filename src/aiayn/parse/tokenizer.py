@@ -22,6 +22,7 @@ from pathlib import Path
 
 from ..data.vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Vocab
 from .constrain import TreeShape
+from .pcfg import signature
 
 SOURCE_FILE, WORDS_FILE, TARGET_FILE = "parse-source.spm", "parse-words.json", "parse-target.json"
 SPECIALS = ("<pad>", "<s>", "</s>", "<unk>")  # ids PAD_ID, BOS_ID, EOS_ID, UNK_ID
@@ -40,8 +41,6 @@ class WordVocab:
 
     @classmethod
     def train(cls, sentences: list[str], size: int, min_count: int = 2) -> WordVocab:
-        from .pcfg import signature
-
         counts = Counter(w for s in sentences for w in s.split())
         classes = sorted({signature(w) for w in counts})  # every class a training word falls in
         kept = sorted((w for w, c in counts.items() if c >= min_count), key=lambda w: (-counts[w], w))
@@ -60,8 +59,6 @@ class WordVocab:
 
     def unknown(self, word: str) -> int:
         """The id of an unknown word's class, dropping its last feature while training never saw the class."""
-        from .pcfg import signature
-
         parts = signature(word).split("-")
         while parts:
             if (i := self.ids.get("-".join(parts))) is not None:
