@@ -52,6 +52,7 @@ def test_tokenizer_keeps_tree_symbols_whole_and_reads_back(parser_dir, trees):
     assert tokenizer.decode(ids) == sequence
     assert Parser.load(parser_dir).translator.tokenizer.symbols == tokenizer.symbols
     assert tokenizer.shape.open_run >= 2 and tokenizer.shape.depth >= 2  # the training trees' bounds, read back
+    assert tokenizer.shape.first["NP"] and tokenizer.lexicon.tags(trees[0].words()[0])  # edge tags, the tag lexicon
 
 
 def test_a_word_source_gives_word_k_position_k_and_unknown_words_their_class(tmp_path):
@@ -66,7 +67,8 @@ def test_a_word_source_gives_word_k_position_k_and_unknown_words_their_class(tmp
     assert [name(i) for i in ids[:-1]] == ["The", "UNK", "UNK-C", "UNK-D", "UNK", "sat"]  # UNK-ly, UNK-C-s unseen
     classes = sum(w.startswith("UNK") for w in words.words)
     assert WordVocab.train(sentences, 4 + classes + 2).words[-2:] == [".", "The"]  # the most frequent fill the size
-    tokenizer = ParseTokenizer.train(sentences, ["(S NN )S"] * 3, 100, units="words")
+    trees = ["(S " + " ".join(["NN"] * len(s.split())) + " )S" for s in sentences]  # a tag a word
+    tokenizer = ParseTokenizer.train(sentences, trees, 100, units="words")
     tokenizer.save(tmp_path)
     back = ParseTokenizer.load(tmp_path)
     assert back.source.words == words.words and back.encode_source(["The cat"]) == words.encode_batch(["The cat"])
@@ -90,7 +92,12 @@ def test_cli_one_tree_per_line_in_order_with_empty_lines(parser_dir, tmp_path, c
         else:  # the words come back from the source: each line's own tree, whatever the model wrote
             parsed = parse_tree(tree)
             assert parsed.label == "TOP" and parsed.words() == line.split()
-    assert "trees repaired" in capsys.readouterr().err
+    assert "0 of 4 trees repaired" in capsys.readouterr().err  # the default search writes only trees
+    assert main(["parse", "--model", str(parser_dir), "-i", str(tmp_path / "in.txt"), "-o", str(tmp_path / "paper.txt"),
+                 "--beam-size", "1", "--search", "paper"]) == 0  # §6.3's own search: what it writes is repaired
+    paper = (tmp_path / "paper.txt").read_text().split("\n")
+    assert [parse_tree(t).words() if t else [] for t in paper[:-1]] == [line.split() for line in lines]
+    assert "of 4 trees repaired" in capsys.readouterr().err
 
 
 def test_cli_bad_lines_are_named_and_leave_no_output(parser_dir, tmp_path, capsys):

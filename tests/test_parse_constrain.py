@@ -9,6 +9,7 @@ from aiayn.config import DecodeConfig
 from aiayn.decode.beam import beam_search
 from aiayn.decode.greedy import greedy_hypotheses
 from aiayn.parse.constrain import FREE, NO_PUNCTUATION, TreeConstrainedStep, TreeShape, word_rules
+from aiayn.parse.lexicon import TagLexicon
 from aiayn.parse.linearize import Repairs, repair
 
 SYMBOLS = ["<pad>", "<s>", "</s>", "<unk>", "(S", ")S", "(NP", ")NP", "(VP", ")VP", "NN", "VB", "."]
@@ -108,11 +109,42 @@ def test_the_mask_of_a_partial_tree():
         assert sorted(allowed()) == sorted(expected), token
 
 
+def allowed_tags(rules, b, k):
+    return [SYMBOLS[i] for i in rules.sets[rules.rules[b, k]].nonzero()[:, 0].tolist()]
+
+
 def test_word_rules_name_fixed_tags_and_words_that_take_no_punctuation_tag():
     rules = word_rules([["Mr.", "Vinken", ",", "61", "&", "."], ["Yes"]], SYMBOLS)
-    dot = SYMBOLS.index(".")
-    assert rules.tolist() == [[NO_PUNCTUATION, NO_PUNCTUATION, FREE, NO_PUNCTUATION, FREE, dot],  # "," is not a symbol here
-                              [NO_PUNCTUATION, FREE, FREE, FREE, FREE, FREE]]
+    assert rules.rules.tolist() == [[NO_PUNCTUATION, NO_PUNCTUATION, FREE, NO_PUNCTUATION, FREE, 2],  # "," is no symbol here
+                                    [NO_PUNCTUATION, FREE, FREE, FREE, FREE, FREE]]
+    assert allowed_tags(rules, 0, 0) == ["NN", "VB"] and allowed_tags(rules, 0, 2) == ["NN", "VB", "."]
+    assert allowed_tags(rules, 0, 5) == ["."]
+
+
+def test_with_a_lexicon_a_word_takes_the_tags_training_saw_it_with():
+    lexicon = TagLexicon.of(["run run run fast", "a run"], [["(S", "VB", "NN", "VB", "NN", ")S"], ["(S", "NN", "VB", ")S"]])
+    assert lexicon.tags("run") == ("NN", "VB")  # seen 4 times: its own tags
+    assert lexicon.tags("fast") == ("NN",) and lexicon.tags("a") == ("NN",)  # seen once: its own and its class's
+    assert lexicon.tags("dog") == ("NN",)  # unknown: its class UNK, from the rare words
+    assert lexicon.tags("Dogs") == ("NN",)  # class UNK-C-s never seen: backs off to UNK
+    assert TagLexicon().tags("run") is None and TagLexicon.from_json(lexicon.to_json()) == lexicon
+    rules = word_rules([["run", "dog", ".", "&"]], SYMBOLS, TagLexicon({"run": ("VB",), "&": ("CC",)}, {"UNK": ("NN", ".")}))
+    assert [allowed_tags(rules, 0, k) for k in range(4)] == [["VB"], ["NN"], ["."], ["NN", "VB", "."]]  # no CC here: free
+
+
+def test_the_lexicon_of_the_training_files_allows_the_gold_tag_of_almost_every_dev_word():
+    from aiayn.parse.linearize import linearize
+    from aiayn.parse.trees import read_treebank
+
+    from conftest import DATA
+
+    archive = DATA / "ptb-sample" / "treebank.zip"
+    train = read_treebank(archive, "wsj_0001-0159")
+    lexicon = TagLexicon.of([" ".join(t.words()) for t in train], [linearize(t) for t in train])
+    pairs = [(w, g) for t in read_treebank(archive, "wsj_0160-0179") for w, g in zip(t.words(), t.tags())]
+    covered = sum(g in (lexicon.tags(w) or (g,)) for w, g in pairs) / len(pairs)
+    mean_allowed = sum(len(lexicon.tags(w) or ()) for w, _ in pairs) / len(pairs)
+    assert covered >= 0.99 and mean_allowed < 6, (covered, mean_allowed)
 
 
 @pytest.mark.parametrize("search", ["beam", "greedy"])
@@ -144,8 +176,10 @@ def test_the_training_trees_bound_runs_of_opening_brackets_and_depth():
     from conftest import DATA
 
     trees = read_treebank(DATA / "ptb-sample" / "treebank.zip", "wsj_0001-0159")
-    assert TreeShape.of([linearize(t) for t in trees]) == TreeShape(open_run=6, depth=28)
-    assert TreeShape.of([["(S", "(NP", "NN", ")NP", "(VP", "VB", ")VP", ")S"]]) == TreeShape(open_run=2, depth=2)
+    shape = TreeShape.of([linearize(t) for t in trees])
+    assert (shape.open_run, shape.depth) == (6, 28)
+    assert TreeShape.of([["(S", "(NP", "NN", ")NP", "(VP", "VB", ")VP", ")S"]]) == TreeShape(
+        open_run=2, depth=2, first={"NP": ("NN",), "S": ("NN",), "VP": ("VB",)}, last={"NP": ("NN",), "S": ("VB",), "VP": ("VB",)})
 
     shape = TreeShape(open_run=2, depth=4)
     step = TreeConstrainedStep(RandomModel(0), SYMBOLS, torch.tensor([4]), shape=shape)
@@ -172,3 +206,52 @@ def test_a_model_that_keeps_opening_brackets_writes_trees_of_the_training_shape(
         sequence = [SYMBOLS[i] for i in h[0].tokens][:-1]
         assert TreeShape.of([sequence]).open_run <= 3 and TreeShape.of([sequence]).depth <= 4, sequence
         assert repair(sequence, ["w"] * n, retag=False)[1] == Repairs()
+
+
+def constituents(sequence: list[str]) -> list[tuple[str, str, str, int]]:
+    """(label, first tag, last tag, index of the last word) of every bracket of a well-formed sequence."""
+    out, stack, tags = [], [], []
+    for symbol in sequence:
+        if symbol.startswith("("):
+            stack.append((symbol[1:], len(tags)))
+        elif symbol.startswith(")"):
+            label, begin = stack.pop()
+            out.append((label, tags[begin], tags[-1], len(tags) - 1))
+        else:
+            tags.append(symbol)
+    return out
+
+
+@pytest.mark.parametrize("search", ["beam", "greedy"])
+def test_constituents_begin_and_end_with_tags_their_label_began_and_ended_with_in_training(search):
+    shape = TreeShape(first={"S": ("NN", "VB"), "NP": ("NN",), "VP": ("VB",)}, last={"NP": ("NN",), "VP": ("NN", "VB")})
+    words = torch.tensor([4, 3, 5])
+    config = DecodeConfig(beam_size=4 if search == "beam" else 1, extra_len=300)
+    run = beam_search if search == "beam" else greedy_hypotheses
+    checked = 0
+    for seed in range(6):
+        step = TreeConstrainedStep(RandomModel(seed), SYMBOLS, words, config=config, shape=shape)
+        for h, n in zip(run(step, torch.full((3, 4), 5), config), words.tolist()):
+            sequence = [SYMBOLS[i] for i in h[0].tokens][:-1]
+            assert repair(sequence, ["w"] * n, retag=False)[1] == Repairs(), sequence
+            for label, first, last, end in constituents(sequence):
+                assert first in shape.first[label], sequence
+                if label in shape.last and end < n - 1:  # once every word has its tag, any bracket may close
+                    assert last in shape.last[label], sequence
+                checked += 1
+    assert checked > 50
+
+
+def test_the_edge_tables_of_the_training_files_fit_almost_every_test_constituent():
+    from aiayn.parse.linearize import linearize
+    from aiayn.parse.trees import read_treebank
+
+    from conftest import DATA
+
+    archive = DATA / "ptb-sample" / "treebank.zip"
+    shape = TreeShape.of([linearize(t) for t in read_treebank(archive, "wsj_0001-0159")])
+    test = [c for t in read_treebank(archive, "wsj_0180-0199") for c in constituents(linearize(t))]
+    misfits = [c for c in test if c[1] not in shape.first[c[0]] or c[2] not in shape.last[c[0]]]
+    assert len(test) == 4592 and len(misfits) <= 4, misfits
+    assert TreeShape.from_json(shape.to_json()) == shape
+    assert TreeShape.from_json({"open_run": 6, "depth": 28}).to_json() == {"open_run": 6, "depth": 28}  # older files

@@ -4,7 +4,8 @@ Input: tokenised sentences, one a line, words separated by spaces (as in the Pen
 "Mr. Vinken is chairman ."). Output: one `(TOP ...)` tree a line, which `aiayn evaluate --task
 parse` and EVALB read. The line rules of `aiayn translate`: an empty line gives an empty line; a line
 that is not UTF-8 or too long stops the run naming it; --output is written whole or not at all.
-Outputs that are not well-formed trees are repaired; how many is reported on stderr.
+The search writes only well-formed trees (--search paper: §6.3's own search, whose outputs that are
+not trees are repaired; how many is reported on stderr).
 """
 
 from __future__ import annotations
@@ -23,8 +24,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--output", "-o", type=output_file, help="where to write the trees (default: stdout)")
     parser.add_argument("--beam-size", "-b", type=at_least(1), help="beam width (default 21, §6.3); 1 = greedy")
     parser.add_argument("--alpha", type=number(), help="length penalty alpha (default 0.3, §6.3)")
-    parser.add_argument("--constrained", action="store_true",
-                        help="search only well-formed trees over the words (not in the paper; see docs/parsing.md)")
+    parser.add_argument("--search", choices=["constrained", "paper"], default="constrained",
+                        help="constrained (the default; not in the paper): only well-formed trees over the words, held to "
+                             "the training trees' tags and shapes; paper: §6.3's search, repaired afterwards (docs/parsing.md)")
+    parser.add_argument("--constrained", action="store_const", const="constrained", dest="search",
+                        help=argparse.SUPPRESS)  # the default since session 9; kept for older scripts
     parser.add_argument("--batch-size", type=at_least(1), default=32, help="sentences per batch (default 32)")
     parser.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, ...")
     parser.add_argument("--truncate", action="store_true", help="cut sentences longer than the model takes")
@@ -45,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"-o {args.output}: the same file as -i {args.input}; the input would be replaced "
                          f"by its trees; write to another file")
 
-    parser = Parser.load(args.model, args.device, args.constrained, beam_size=args.beam_size, alpha=args.alpha,
+    parser = Parser.load(args.model, args.device, args.search == "constrained", beam_size=args.beam_size, alpha=args.alpha,
                          batch_size=args.batch_size, truncate=args.truncate)
     name = args.input or "<stdin>"
     stream = open(args.input, "rb") if args.input else sys.stdin.buffer

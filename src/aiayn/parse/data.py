@@ -61,7 +61,8 @@ def start_parser(recipe: Recipe, out: Path, log: Log) -> tuple[Transformer, Pars
 
 def test_parser(model: Transformer, tokenizer: ParseTokenizer, recipe: Recipe, out: Path, device: torch.device,
                 log: Log) -> dict:
-    """Parse the test trees' sentences with §6.3's search and score them with EVALB's rules."""
+    """Parse the test trees' sentences (the constrained search with §6.3's beam, alpha and limit) and score
+    them with EVALB's rules."""
     d, t = recipe.data, recipe.train
     gold = read_treebank(d.archive, d.test)
     parser = Parser.from_model(model, tokenizer, device, beam_size=t.beam_size, alpha=t.alpha)
@@ -70,7 +71,7 @@ def test_parser(model: Transformer, tokenizer: ParseTokenizer, recipe: Recipe, o
     score = evalb([str(g) for g in gold], hyp)
     (out / "test.trees").write_text("".join(h + "\n" for h in hyp), encoding="utf-8")
     a, s = score.all, score.short
-    log(f"test F1 {a.f1:.2f} (<= 40 words: {s.f1:.2f}) on {len(gold):,} trees of {d.test}, EVALB's rules; "
+    log(f"test F1 {a.f1:.2f} (<= 40 words: {s.f1:.2f}) on {len(gold):,} trees of {d.test}, constrained search, EVALB's rules; "
         f"{a.errors} rejected; {parser.report()}; parsed in {time.perf_counter() - began:.0f} s")
     return {"test": d.test, "test_f1": a.f1, "test_f1_40": s.f1, "test_precision": a.precision,
             "test_recall": a.recall, "test_complete_match": a.complete_match, "test_rejected": a.errors,

@@ -1,7 +1,9 @@
 """`Parser`: sentences in, trees out, with §6.3's search (beam 21, alpha 0.3, input length + 300).
 
-A Translator writes each sentence's bracket sequence; `repair` makes it a tree over the sentence's
-own words, and the repairs are counted (`Parser.repairs`), never hidden: every sentence gets a tree.
+By default the search may write only well-formed trees over each sentence's words, held to the
+training trees' tags and shapes (`aiayn.parse.constrain`; not in the paper, which trusts the model:
+constrained=False). Either way `repair` makes each bracket sequence a tree over the sentence's own
+words, and the repairs are counted (`Parser.repairs`), never hidden: every sentence gets a tree.
 """
 
 from __future__ import annotations
@@ -30,16 +32,16 @@ PAPER_SEARCH = {"beam_size": 21, "alpha": 0.3, "extra_len": 300}
 class Parser:
     """A sequence-to-sequence model over ParseTokenizer's vocabularies; `parse(sentences)` -> trees."""
 
-    def __init__(self, translator: Translator, constrained: bool = False):
+    def __init__(self, translator: Translator, constrained: bool = True):
         if not isinstance(translator.tokenizer, ParseTokenizer):
             raise ValueError("not a parsing model: it has no parse-target.json (train one with recipes/ptb-parse.yaml)")
         self.translator = translator
-        self.constrained = constrained  # deviation from §6.3: search only well-formed trees (aiayn.parse.constrain)
+        self.constrained = constrained  # deviation from §6.3 (False: the paper's search): aiayn.parse.constrain
         self.repairs = Repairs()  # summed over every sentence parsed so far
         self.sentences = self.repaired = 0
 
     @classmethod
-    def load(cls, path: str | Path, device: str | torch.device = "cpu", constrained: bool = False,
+    def load(cls, path: str | Path, device: str | torch.device = "cpu", constrained: bool = True,
              **options: Any) -> Parser:
         """A model directory; options (beam_size, alpha, batch_size, ...) override the paper's search."""
         options = {**PAPER_SEARCH, **{k: v for k, v in options.items() if v is not None}}
@@ -47,7 +49,7 @@ class Parser:
 
     @classmethod
     def from_model(cls, model: Transformer, tokenizer: ParseTokenizer, device: str | torch.device = "cpu",
-                   batch_size: int = 32, constrained: bool = False, **search: Any) -> Parser:
+                   batch_size: int = 32, constrained: bool = True, **search: Any) -> Parser:
         """A parser over a model in memory (training's test set); the translator puts it in eval mode."""
         config = DecodeConfig(**{**PAPER_SEARCH, **search})
         return cls(Translator(model, tokenizer, config, device, batch_size), constrained)
@@ -78,7 +80,8 @@ class Parser:
             src = torch.tensor([ids[i] + [t.model.config.pad_id] * (S - len(ids[i])) for i in batch], device=t.device)
             words = [sentences[i].split() for i in batch]
             step = TreeConstrainedStep(as_step_model(t.model), t.tokenizer.symbols, torch.tensor([len(w) for w in words]),
-                                       word_rules(words, t.tokenizer.symbols), t.config, t.tokenizer.shape)
+                                       word_rules(words, t.tokenizer.symbols, t.tokenizer.lexicon), t.config,
+                                       t.tokenizer.shape)
             search = beam_search if t.config.beam_size > 1 else greedy_hypotheses
             for i, hyps in zip(batch, search(step, src, t.config)):
                 out[i] = t.tokenizer.decode(hyps[0].tokens) if hyps else ""

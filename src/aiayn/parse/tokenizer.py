@@ -8,20 +8,22 @@ source position k is word k, whose tag is the k-th tag of the target. Stored bes
 
     DIR/parse-source.spm     the source SentencePiece model (ids 0-3: <pad> <s> </s> <unk>), or
     DIR/parse-words.json     {"words": [...]}, the source words and unknown-word classes in id order
-    DIR/parse-target.json    {"symbols": [...], "shape": {...}}, the target vocabulary in id order (the
-                             same 0-3) and the training trees' bounds (aiayn.parse.constrain.TreeShape)
+    DIR/parse-target.json    {"symbols": [...], "shape": {...}, "lexicon": {...}}, the target vocabulary
+                             in id order (the same 0-3), the training trees' bounds
+                             (aiayn.parse.constrain.TreeShape) and the tags each training word took
+                             (aiayn.parse.lexicon.TagLexicon); older files have neither or no lexicon
 """
 
 from __future__ import annotations
 
 import json
 from collections import Counter
-from dataclasses import asdict
 from collections.abc import Iterable
 from pathlib import Path
 
 from ..data.vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Vocab
 from .constrain import TreeShape
+from .lexicon import TagLexicon
 from .pcfg import signature
 
 SOURCE_FILE, WORDS_FILE, TARGET_FILE = "parse-source.spm", "parse-words.json", "parse-target.json"
@@ -82,10 +84,11 @@ class ParseTokenizer:
 
     pad_id, bos_id, eos_id, unk_id = PAD_ID, BOS_ID, EOS_ID, UNK_ID
 
-    def __init__(self, source: Vocab | WordVocab, symbols: list[str], shape: TreeShape = TreeShape()):
+    def __init__(self, source: Vocab | WordVocab, symbols: list[str], shape: TreeShape = TreeShape(),
+                 lexicon: TagLexicon = TagLexicon()):
         if tuple(symbols[: len(SPECIALS)]) != SPECIALS:
             raise ValueError(f"the target vocabulary must start with {', '.join(SPECIALS)}")
-        self.source, self.symbols, self.shape = source, list(symbols), shape
+        self.source, self.symbols, self.shape, self.lexicon = source, list(symbols), shape, lexicon
         self.ids = {s: i for i, s in enumerate(self.symbols)}
 
     @classmethod
@@ -95,7 +98,8 @@ class ParseTokenizer:
         sequences = [seq.split() for seq in sequences]
         counts = Counter(s for seq in sequences for s in seq)
         source = WordVocab.train(sentences, vocab_size) if units == "words" else Vocab.train(sentences, vocab_size)
-        return cls(source, [*SPECIALS, *sorted(counts, key=lambda s: (-counts[s], s))], TreeShape.of(sequences))
+        return cls(source, [*SPECIALS, *sorted(counts, key=lambda s: (-counts[s], s))], TreeShape.of(sequences),
+                   TagLexicon.of(sentences, sequences))
 
     @property
     def source_proto(self) -> bytes:  # what training's cache key hashes (aiayn.train.loop.tokenizer_digest)
@@ -133,7 +137,9 @@ class ParseTokenizer:
     def files(self) -> dict[str, bytes]:
         """File name -> contents, for saving beside a model."""
         source = WORDS_FILE if isinstance(self.source, WordVocab) else SOURCE_FILE
-        target = {"symbols": self.symbols, "shape": asdict(self.shape)}
+        target = {"symbols": self.symbols, "shape": self.shape.to_json()}
+        if self.lexicon.words:  # a tokenizer read from an older file keeps that file's bytes (training's cache key)
+            target["lexicon"] = self.lexicon.to_json()
         return {source: self.source.proto, TARGET_FILE: json.dumps(target).encode()}
 
     def save(self, directory: str | Path) -> None:
@@ -152,11 +158,13 @@ class ParseTokenizer:
         try:
             target = json.loads((directory / TARGET_FILE).read_text(encoding="utf-8"))
             symbols = target["symbols"]
-            shape = TreeShape(**{k: int(v) for k, v in target.get("shape", {}).items()})  # older files: none
+            shape = TreeShape.from_json(target.get("shape", {}))  # older files: none, or no edge tags
+            lexicon = TagLexicon.from_json(target.get("lexicon", {}))
         except (ValueError, KeyError, TypeError, AttributeError) as err:
             raise ValueError(f"{directory / TARGET_FILE}: not a target vocabulary ({err})") from None
         words = directory / WORDS_FILE
-        return cls(WordVocab.load(words) if words.is_file() else Vocab.load(directory / SOURCE_FILE), symbols, shape)
+        return cls(WordVocab.load(words) if words.is_file() else Vocab.load(directory / SOURCE_FILE), symbols, shape,
+                   lexicon)
 
     @staticmethod
     def is_saved_in(directory: str | Path) -> bool:
