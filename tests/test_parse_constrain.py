@@ -179,7 +179,8 @@ def test_the_training_trees_bound_runs_of_opening_brackets_and_depth():
     shape = TreeShape.of([linearize(t) for t in trees])
     assert (shape.open_run, shape.depth) == (6, 28)
     assert TreeShape.of([["(S", "(NP", "NN", ")NP", "(VP", "VB", ")VP", ")S"]]) == TreeShape(
-        open_run=2, depth=2, first={"NP": ("NN",), "S": ("NN",), "VP": ("VB",)}, last={"NP": ("NN",), "S": ("VB",), "VP": ("VB",)})
+        open_run=2, depth=2, first={"NP": ("NN",), "S": ("NN",), "VP": ("VB",)}, last={"NP": ("NN",), "S": ("VB",), "VP": ("VB",)},
+        children={"NP": ("NN",), "S": ("(NP", "(VP"), "TOP": ("(S",), "VP": ("VB",)})
 
     shape = TreeShape(open_run=2, depth=4)
     step = TreeConstrainedStep(RandomModel(0), SYMBOLS, torch.tensor([4]), shape=shape)
@@ -253,5 +254,51 @@ def test_the_edge_tables_of_the_training_files_fit_almost_every_test_constituent
     test = [c for t in read_treebank(archive, "wsj_0180-0199") for c in constituents(linearize(t))]
     misfits = [c for c in test if c[1] not in shape.first[c[0]] or c[2] not in shape.last[c[0]]]
     assert len(test) == 4592 and len(misfits) <= 4, misfits
+    held = [c for t in read_treebank(archive, "wsj_0180-0199") for c in children(linearize(t))]
+    unseen = [c for c in held if c[1] not in shape.children[c[0]]]
+    assert len(held) > 10000 and len(unseen) <= 10, unseen
     assert TreeShape.from_json(shape.to_json()) == shape
     assert TreeShape.from_json({"open_run": 6, "depth": 28}).to_json() == {"open_run": 6, "depth": 28}  # older files
+
+
+def children(sequence: list[str]) -> list[tuple[str, str]]:
+    """(parent label, symbol) for every opening bracket and tag a constituent (or the root, TOP) holds directly."""
+    out, stack = [], ["TOP"]
+    for symbol in sequence:
+        if symbol.startswith(")"):
+            stack.pop()
+            continue
+        out.append((stack[-1], symbol))
+        if symbol.startswith("("):
+            stack.append(symbol[1:])
+    return out
+
+
+@pytest.mark.parametrize("search", ["beam", "greedy"])
+def test_constituents_hold_only_what_their_label_held_in_training(search):
+    shape = TreeShape(children={"TOP": ("(S",), "S": ("(NP", "(VP", "."), "NP": ("NN",), "VP": ("(NP", "VB")})
+    words = torch.tensor([4, 3, 5])
+    config = DecodeConfig(beam_size=4 if search == "beam" else 1, extra_len=300)
+    run = beam_search if search == "beam" else greedy_hypotheses
+    finished = 0
+    for seed in range(6):
+        step = TreeConstrainedStep(RandomModel(seed), SYMBOLS, words, config=config, shape=shape)
+        for h, n in zip(run(step, torch.full((3, 4), 5), config), words.tolist()):
+            if not h or SYMBOLS[h[0].tokens[-1]] != "</s>":
+                continue
+            sequence = [SYMBOLS[i] for i in h[0].tokens][:-1]
+            assert repair(sequence, ["w"] * n, retag=False)[1] == Repairs(), sequence
+            assert all(child in shape.children[parent] for parent, child in children(sequence)), sequence
+            finished += 1
+    assert finished >= 12
+
+
+def test_a_row_the_tables_leave_no_token_falls_back_to_the_other_rules():
+    """An NP that may hold only NPs never reaches a tag; the search still finishes every tree."""
+    shape = TreeShape(open_run=4, depth=6, children={"TOP": ("(S",), "S": ("(NP",), "NP": ("(NP",)})
+    words, config = torch.tensor([3, 2]), DecodeConfig(beam_size=1, extra_len=300)
+    for seed in range(4):
+        step = TreeConstrainedStep(RandomModel(seed), SYMBOLS, words, config=config, shape=shape)
+        for h, n in zip(greedy_hypotheses(step, torch.full((2, 4), 5), config), words.tolist()):
+            sequence = [SYMBOLS[i] for i in h[0].tokens]
+            assert sequence[-1] == "</s>" and repair(sequence[:-1], ["w"] * n, retag=False)[1] == Repairs(), sequence

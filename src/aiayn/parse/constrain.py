@@ -16,7 +16,9 @@ and ends with a tag that training saw its label begin or end with: "(NP" only wh
 may take a tag that begins an NP (then only such a tag), ")NP" only after such a last tag (any,
 once every word has its tag, so that every hypothesis can still close). Of the 4,592 gold test
 constituents 4 break those two tables; of the 5,446 that a 70-minute model wrote without them, 270
-(tests/test_parse_constrain.py).
+(tests/test_parse_constrain.py). Last, a constituent holds directly only opening brackets and tags
+that its label held in training (`TreeShape.children`; the root's place, "TOP", only the labels
+training trees have at the root): at most 10 of the test trees' 10,311 parent-child pairs are unseen.
 
 A length budget keeps every hypothesis finishable: given the search's limit (input length + 300,
 §6.3), an opening bracket is allowed only while the symbols left could still tag the remaining
@@ -119,48 +121,58 @@ class TreeState:
 
 @dataclass(frozen=True)
 class TreeShape:
-    """The shapes of the training trees: the most opening brackets in a row, the deepest nesting, and
-    for each label the tags its constituents begin and end with (empty: any)."""
+    """The shapes of the training trees: the most opening brackets in a row, the deepest nesting, for
+    each label the tags its constituents begin and end with, and the symbols (opening brackets and
+    tags) its constituents hold directly ("TOP": the root's); empty tables allow anything."""
 
     open_run: int = MAX_DEPTH
     depth: int = MAX_DEPTH - 1
     first: dict[str, tuple[str, ...]] = field(default_factory=dict)  # "NP" -> ("CD", "DT", ...)
     last: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    children: dict[str, tuple[str, ...]] = field(default_factory=dict)  # "QP" -> ("$", "(QP", "CD", ...)
 
     @classmethod
     def of(cls, sequences: list[list[str]]) -> TreeShape:
         open_run = depth = 0
-        first, last = defaultdict(set), defaultdict(set)
+        first, last, children = defaultdict(set), defaultdict(set), defaultdict(set)
         for sequence in sequences:
-            run, d, waiting, tag = 0, 0, [], None  # waiting: labels opened since the last tag
+            run, d, waiting, tag, stack = 0, 0, [], None, ["TOP"]  # waiting: labels opened since the last tag
             for symbol in sequence:
                 run = run + 1 if is_open(symbol) else 0
                 d += is_open(symbol) - is_close(symbol)
                 open_run, depth = max(open_run, run), max(depth, d)
                 if is_open(symbol):
+                    children[stack[-1]].add(symbol)
                     waiting.append(symbol[1:])
+                    stack.append(symbol[1:])
                 elif is_close(symbol):
                     if tag is not None:
                         last[symbol[1:]].add(tag)
+                    if len(stack) > 1:
+                        stack.pop()
                 else:
+                    children[stack[-1]].add(symbol)
                     tag = symbol
                     for label in waiting:
                         first[label].add(tag)
                     waiting = []
         return cls(min(max(open_run, 1), MAX_DEPTH), min(max(depth, 1), MAX_DEPTH - 1),
                    {k: tuple(sorted(v)) for k, v in sorted(first.items())},
-                   {k: tuple(sorted(v)) for k, v in sorted(last.items())})
+                   {k: tuple(sorted(v)) for k, v in sorted(last.items())},
+                   {k: tuple(sorted(v)) for k, v in sorted(children.items())})
 
     def to_json(self) -> dict:
         """The bounds, and the edge tags where known (an older shape has none: its file stays as it was)."""
         out: dict = {"open_run": self.open_run, "depth": self.depth}
-        if self.first or self.last:
-            out |= {"first": {k: list(v) for k, v in self.first.items()}, "last": {k: list(v) for k, v in self.last.items()}}
+        for name in ("first", "last", "children"):
+            if getattr(self, name):
+                out[name] = {k: list(v) for k, v in getattr(self, name).items()}
         return out
 
     @classmethod
     def from_json(cls, data: dict) -> TreeShape:
-        edges = {name: {str(k): tuple(str(t) for t in v) for k, v in data.get(name, {}).items()} for name in ("first", "last")}
+        edges = {name: {str(k): tuple(str(t) for t in v) for k, v in data.get(name, {}).items()}
+                 for name in ("first", "last", "children")}
         return cls(**{k: int(v) for k, v in data.items() if k in ("open_run", "depth")}, **edges)
 
     def edge_table(self, symbols: list[str], side: str) -> Tensor:
@@ -175,6 +187,19 @@ class TreeShape:
             if bracket(symbol) and symbol[1:] in table:
                 out[is_tag, j] = False
                 out[[ids[t] for t in table[symbol[1:]] if t in ids], j] = True
+        return out
+
+    def child_table(self, symbols: list[str], root: int) -> Tensor:
+        """(V, V) bool: [parent, symbol] True where a constituent may hold the opening bracket or tag
+        directly; the parent is its closing bracket's id, or `root` for the root's place (TOP);
+        every symbol for a parent the table does not name, and every symbol that is no bracket or tag."""
+        ids = {s: i for i, s in enumerate(symbols)}
+        holdable = torch.tensor([is_open(s) or not (is_close(s) or s.startswith("<")) for s in symbols])
+        out = torch.ones(len(symbols), len(symbols), dtype=torch.bool)
+        for i, symbol in [(root, "(TOP"), *((i, s) for i, s in enumerate(symbols) if is_close(s))]:
+            if symbol[1:] in self.children:
+                out[i, holdable] = False
+                out[i, [ids[c] for c in self.children[symbol[1:]] if c in ids]] = True
         return out
 
 
@@ -198,6 +223,7 @@ class TreeConstrainedStep:
         self.is_tag = ~(self.is_open | self.is_close) & torch.tensor([i not in special for i in range(len(symbols))])
         self.close_of = torch.tensor([ids.get(")" + s[1:], -1) if is_open(s) else -1 for s in symbols])  # (V,)
         self.begins, self.ends = shape.edge_table(symbols, "first"), shape.edge_table(symbols, "last")  # (V, V) each
+        self.holds = shape.child_table(symbols, inner.pad_id)  # (V, V), the root's row at pad
 
     def start(self, src: Tensor) -> TreeState:
         B, device = src.size(0), src.device
@@ -211,7 +237,7 @@ class TreeConstrainedStep:
                          torch.ones(B, self.is_tag.size(0), dtype=torch.bool, device=device))
 
     def _to(self, device: torch.device) -> None:
-        for name in ("is_open", "is_close", "is_tag", "close_of", "tag_sets", "begins", "ends"):
+        for name in ("is_open", "is_close", "is_tag", "close_of", "tag_sets", "begins", "ends", "holds"):
             setattr(self, name, getattr(self, name).to(device))
 
     def step(self, tokens: Tensor, state: TreeState) -> tuple[Tensor, TreeState]:
@@ -235,22 +261,38 @@ class TreeConstrainedStep:
         return log_probs, nxt
 
     def allowed(self, s: TreeState) -> Tensor:
-        """(N, V) bool: the tokens each row may write next."""
+        """(N, V) bool: the tokens each row may write next.
+
+        A row that the training trees' tables (edge tags, what a label holds) leave no token is given
+        the tokens the other rules allow instead: the tables narrow the search, they never end a
+        hypothesis (the other rules always leave a way to finish the tree)."""
+        allowed = self._allowed(s, tables=True)
+        stuck = ~allowed.any(dim=1)
+        if stuck.any():
+            allowed[stuck] = self._allowed(s, tables=False)[stuck]
+        return allowed
+
+    def _allowed(self, s: TreeState, tables: bool) -> Tensor:
         rows_n = torch.arange(s.depth.size(0), device=s.depth.device)
         done = s.tags >= s.words  # (N,) every word has its tag
         rule = s.rules[rows_n, s.tags.clamp(max=s.rules.size(1) - 1)]  # (N,) the next word's tag set
-        tags = self.tag_sets[rule] & self.is_tag & s.run_first  # (N, V): a tag each bracket just opened may begin with
+        tags = self.tag_sets[rule] & self.is_tag  # (N, V)
+        top = s.stack[rows_n, (s.depth - 1).clamp(min=0)]  # (N,) the innermost open bracket's closing symbol
+        if tables:
+            tags &= s.run_first  # a tag each bracket just opened may begin with
         allowed = (tags & (s.depth > 0)[:, None]) | self.is_open[None, :]  # (N, V): one root
-        allowed &= (tags.float() @ self.begins.float() > 0) | ~self.is_open  # an opening bracket whose label may begin so
+        if tables:
+            allowed &= (tags.float() @ self.begins.float() > 0) | ~self.is_open  # an opening bracket whose label may begin so
+            parent = torch.where(s.depth > 0, torch.where(top >= 0, top, self.bos_id), self.pad_id)  # <s>'s row: any
+            allowed &= self.holds[parent]  # what that constituent (or the root's place) may hold
         allowed &= ~done[:, None]
         # The budget: after this bracket, the remaining tags, depth + 1 closes and </s> must still fit.
         fits = s.written + 1 + (s.words - s.tags) + s.depth + 1 + 1 <= s.limit
         bounds = (s.depth < self.shape.depth) & (s.open_run < self.shape.open_run)  # as deep as training trees go
         allowed[:, self.is_open] &= (bounds & (fits | (s.depth == 0)))[:, None]
         may_close = (s.depth > 0) & (s.open_run == 0) & ((s.depth > 1) | done)  # the root closes last
-        top = s.stack[rows_n, (s.depth - 1).clamp(min=0)]  # (N,)
-        # a closing bracket whose label may end with the last tag (once every word has its tag, any: no dead end)
-        may_close &= self.ends[s.last_tag, top.clamp(min=0)] | done
+        if tables:  # a closing bracket whose label may end with the last tag (any once every word has its tag)
+            may_close &= self.ends[s.last_tag, top.clamp(min=0)] | done
         rows = (may_close & (top >= 0)).nonzero()[:, 0]
         allowed[rows, top[rows]] = True
         allowed[:, self.eos_id] = done & (s.depth == 0)
