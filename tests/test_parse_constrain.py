@@ -223,23 +223,33 @@ def constituents(sequence: list[str]) -> list[tuple[str, str, str, int]]:
     return out
 
 
-@pytest.mark.parametrize("search", ["beam", "greedy"])
-def test_constituents_begin_and_end_with_tags_their_label_began_and_ended_with_in_training(search):
-    shape = TreeShape(first={"S": ("NN", "VB"), "NP": ("NN",), "VP": ("VB",)}, last={"NP": ("NN",), "VP": ("NN", "VB")})
+def random_trees(shape: TreeShape, search: str, all_finish: bool = False):
+    """(sequence, words) of every finished output of random models searched under shape's tables,
+    each checked to be a tree over its words that needs no repair; all_finish: every output must finish."""
     words = torch.tensor([4, 3, 5])
     config = DecodeConfig(beam_size=4 if search == "beam" else 1, extra_len=300)
     run = beam_search if search == "beam" else greedy_hypotheses
-    checked = 0
     for seed in range(6):
         step = TreeConstrainedStep(RandomModel(seed), SYMBOLS, words, config=config, shape=shape)
         for h, n in zip(run(step, torch.full((3, 4), 5), config), words.tolist()):
+            if not h or SYMBOLS[h[0].tokens[-1]] != "</s>":
+                assert not all_finish, h
+                continue
             sequence = [SYMBOLS[i] for i in h[0].tokens][:-1]
             assert repair(sequence, ["w"] * n, retag=False)[1] == Repairs(), sequence
-            for label, first, last, end in constituents(sequence):
-                assert first in shape.first[label], sequence
-                if label in shape.last and end < n - 1:  # once every word has its tag, any bracket may close
-                    assert last in shape.last[label], sequence
-                checked += 1
+            yield sequence, n
+
+
+@pytest.mark.parametrize("search", ["beam", "greedy"])
+def test_constituents_begin_and_end_with_tags_their_label_began_and_ended_with_in_training(search):
+    shape = TreeShape(first={"S": ("NN", "VB"), "NP": ("NN",), "VP": ("VB",)}, last={"NP": ("NN",), "VP": ("NN", "VB")})
+    checked = 0
+    for sequence, n in random_trees(shape, search, all_finish=True):
+        for label, first, last, end in constituents(sequence):
+            assert first in shape.first[label], sequence
+            if label in shape.last and end < n - 1:  # once every word has its tag, any bracket may close
+                assert last in shape.last[label], sequence
+            checked += 1
     assert checked > 50
 
 
@@ -277,19 +287,10 @@ def children(sequence: list[str]) -> list[tuple[str, str]]:
 @pytest.mark.parametrize("search", ["beam", "greedy"])
 def test_constituents_hold_only_what_their_label_held_in_training(search):
     shape = TreeShape(children={"TOP": ("(S",), "S": ("(NP", "(VP", "."), "NP": ("NN",), "VP": ("(NP", "VB")})
-    words = torch.tensor([4, 3, 5])
-    config = DecodeConfig(beam_size=4 if search == "beam" else 1, extra_len=300)
-    run = beam_search if search == "beam" else greedy_hypotheses
     finished = 0
-    for seed in range(6):
-        step = TreeConstrainedStep(RandomModel(seed), SYMBOLS, words, config=config, shape=shape)
-        for h, n in zip(run(step, torch.full((3, 4), 5), config), words.tolist()):
-            if not h or SYMBOLS[h[0].tokens[-1]] != "</s>":
-                continue
-            sequence = [SYMBOLS[i] for i in h[0].tokens][:-1]
-            assert repair(sequence, ["w"] * n, retag=False)[1] == Repairs(), sequence
-            assert all(child in shape.children[parent] for parent, child in children(sequence)), sequence
-            finished += 1
+    for sequence, _ in random_trees(shape, search):
+        assert all(child in shape.children[parent] for parent, child in children(sequence)), sequence
+        finished += 1
     assert finished >= 12
 
 

@@ -52,6 +52,12 @@ from .lexicon import TagLexicon
 from .linearize import FIXED_TAGS, PUNCTUATION, is_close, is_open
 
 MAX_DEPTH = 128
+
+
+def tag_mask(symbols: list[str]) -> Tensor:
+    """(V,) bool: the symbols that are POS tags (no bracket, no <special>)."""
+    return torch.tensor([not (is_open(s) or is_close(s) or s.startswith("<")) for s in symbols])
+
 FREE, NO_PUNCTUATION = 0, 1  # the first two tag sets of every WordRules: any tag; any tag but punctuation's
 
 
@@ -69,7 +75,7 @@ def word_rules(sentences: list[list[str]], symbols: list[str], lexicon: TagLexic
     letter or digit takes no punctuation tag (EVALB would delete it); with a lexicon, a word takes
     only the tags the training trees allow it (`aiayn.parse.lexicon`), within those rules."""
     ids = {s: i for i, s in enumerate(symbols)}
-    tag = torch.tensor([not (is_open(s) or is_close(s) or s.startswith("<")) for s in symbols])  # (V,)
+    tag = tag_mask(symbols)  # (V,)
     punctuation = torch.tensor([s in PUNCTUATION for s in symbols]) & tag
     sets, index = [tag, tag & ~punctuation], {}  # FREE, NO_PUNCTUATION
 
@@ -181,7 +187,7 @@ class TreeShape:
         every tag for a label the table does not name, and every row that is not a tag."""
         table, ids = (self.first if side == "first" else self.last), {s: i for i, s in enumerate(symbols)}
         bracket = is_open if side == "first" else is_close
-        is_tag = torch.tensor([not (is_open(s) or is_close(s) or s.startswith("<")) for s in symbols])
+        is_tag = tag_mask(symbols)
         out = torch.ones(len(symbols), len(symbols), dtype=torch.bool)
         for j, symbol in enumerate(symbols):
             if bracket(symbol) and symbol[1:] in table:
@@ -223,6 +229,8 @@ class TreeConstrainedStep:
         self.is_tag = ~(self.is_open | self.is_close) & torch.tensor([i not in special for i in range(len(symbols))])
         self.close_of = torch.tensor([ids.get(")" + s[1:], -1) if is_open(s) else -1 for s in symbols])  # (V,)
         self.begins, self.ends = shape.edge_table(symbols, "first"), shape.edge_table(symbols, "last")  # (V, V) each
+        self.begun_by = self.begins.t().contiguous()  # (V, V): [bracket, tag], for the step's row lookups
+        self.begins_count = self.begins.float()  # for the product that counts a row's tags that may begin each label
         self.holds = shape.child_table(symbols, inner.pad_id)  # (V, V), the root's row at pad
 
     def start(self, src: Tensor) -> TreeState:
@@ -237,7 +245,7 @@ class TreeConstrainedStep:
                          torch.ones(B, self.is_tag.size(0), dtype=torch.bool, device=device))
 
     def _to(self, device: torch.device) -> None:
-        for name in ("is_open", "is_close", "is_tag", "close_of", "tag_sets", "begins", "ends", "holds"):
+        for name in ("is_open", "is_close", "is_tag", "close_of", "tag_sets", "begun_by", "begins_count", "ends", "holds"):
             setattr(self, name, getattr(self, name).to(device))
 
     def step(self, tokens: Tensor, state: TreeState) -> tuple[Tensor, TreeState]:
@@ -254,7 +262,7 @@ class TreeConstrainedStep:
         log_probs, cache = self.inner.step(tokens, state.cache)  # the inner model's buffer, masked in place
         run = (state.open_run + 1) * opened.long()  # opening brackets in a row
         last_tag = torch.where(self.is_tag[token], token, state.last_tag)
-        run_first = torch.where(opened[:, None], state.run_first & self.begins.t()[token], True)  # (N, V)
+        run_first = torch.where(opened[:, None], state.run_first & self.begun_by[token], True)  # (N, V)
         nxt = TreeState(cache, depth, tags, state.words, state.rules, state.stack, run, written, state.limit,
                         last_tag, run_first)
         log_probs.masked_fill_(~self.allowed(nxt), -math.inf)
@@ -282,7 +290,7 @@ class TreeConstrainedStep:
             tags &= s.run_first  # a tag each bracket just opened may begin with
         allowed = (tags & (s.depth > 0)[:, None]) | self.is_open[None, :]  # (N, V): one root
         if tables:
-            allowed &= (tags.float() @ self.begins.float() > 0) | ~self.is_open  # an opening bracket whose label may begin so
+            allowed &= (tags.float() @ self.begins_count > 0) | ~self.is_open  # an opening bracket whose label may begin so
             parent = torch.where(s.depth > 0, torch.where(top >= 0, top, self.bos_id), self.pad_id)  # <s>'s row: any
             allowed &= self.holds[parent]  # what that constituent (or the root's place) may hold
         allowed &= ~done[:, None]

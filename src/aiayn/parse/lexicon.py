@@ -23,7 +23,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
 from .linearize import is_close, is_open
-from .pcfg import signature
+from .pcfg import signature, signature_backoffs
 
 RELIABLE = 3  # seen this often, a word's own tags are enough (99.5% of such test words are covered)
 
@@ -61,12 +61,7 @@ class TagLexicon:
         """The tags word may take; None where nothing is known (an empty lexicon, a class never seen)."""
         if word in self.words:
             return self.words[word]
-        parts = signature(word).split("-")
-        while parts:
-            if (tags := self.classes.get("-".join(parts))) is not None:
-                return tags
-            parts.pop()
-        return None
+        return next((self.classes[c] for c in signature_backoffs(word) if c in self.classes), None)
 
     def to_json(self) -> dict:
         return {"words": {w: list(t) for w, t in self.words.items()},

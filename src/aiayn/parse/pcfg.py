@@ -34,6 +34,12 @@ def signature(word: str) -> str:
     return "-".join(parts + ([suffix] if suffix else []))
 
 
+def signature_backoffs(word: str) -> list[str]:
+    """word's signature and its back-offs, most specific first: UNK-C-H-s, UNK-C-H, UNK-C, UNK."""
+    parts = signature(word).split("-")
+    return ["-".join(parts[:n]) for n in range(len(parts), 0, -1)]
+
+
 def transform(tree: Tree) -> Tree:
     """Unary chains collapsed ("S+VP"), then right binarisation with "@X|first" labels."""
     if tree.is_preterminal:

@@ -24,7 +24,7 @@ from pathlib import Path
 from ..data.vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Vocab
 from .constrain import TreeShape
 from .lexicon import TagLexicon
-from .pcfg import signature
+from .pcfg import signature, signature_backoffs
 
 SOURCE_FILE, WORDS_FILE, TARGET_FILE = "parse-source.spm", "parse-words.json", "parse-target.json"
 SPECIALS = ("<pad>", "<s>", "</s>", "<unk>")  # ids PAD_ID, BOS_ID, EOS_ID, UNK_ID
@@ -61,12 +61,7 @@ class WordVocab:
 
     def unknown(self, word: str) -> int:
         """The id of an unknown word's class, dropping its last feature while training never saw the class."""
-        parts = signature(word).split("-")
-        while parts:
-            if (i := self.ids.get("-".join(parts))) is not None:
-                return i
-            parts.pop()
-        return UNK_ID
+        return next((self.ids[c] for c in signature_backoffs(word) if c in self.ids), UNK_ID)
 
     @classmethod
     def load(cls, path: Path) -> WordVocab:
