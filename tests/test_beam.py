@@ -192,3 +192,37 @@ def test_sampling_top_k_one_is_greedy_and_sampling_is_seeded():
     free = DecodeConfig(sample=True, temperature=1.5)
     draw = lambda seed: [h[0].tokens for h in sample(model, src, free, torch.Generator().manual_seed(seed))]  # noqa: E731
     assert draw(7) == draw(7) and draw(7) != draw(8)
+
+
+def all_hypotheses(table: int, limit: int, alpha: float) -> list[tuple[list[int], float]]:
+    """Every hypothesis of TABLES[table] up to `limit` tokens (ending at </s> or cut at the limit), best first."""
+    out, todo = [], [([], 0.0)]
+    while todo:
+        seq, logp = todo.pop()
+        for v, p in TABLES[table].get(tuple(seq), FALLBACK).items():
+            nxt, lp_ = seq + [v], logp + math.log(p)
+            if v == EOS or len(nxt) == limit:
+                out.append((nxt, lp_ / lp(len(nxt), alpha)))
+            else:
+                todo.append((nxt, lp_))
+    return sorted(out, key=lambda h: -h[1])
+
+
+@pytest.mark.parametrize("beam_size", [6, 12, 40])
+@pytest.mark.parametrize("alpha", [0.0, 0.6])
+def test_a_beam_wider_than_the_vocabulary_searches_every_hypothesis(beam_size, alpha):
+    """At the first step there are V continuations, fewer than the beam (V = 5): the search still runs and,
+    wide enough to hold every prefix (at most 8 live here), finds the best hypotheses of an exhaustive search."""
+    result = beam_search(TableModel(), SRC, DecodeConfig(beam_size=beam_size, alpha=alpha, extra_len=2, n_best=3))
+    for (table, _), hyps in zip(SRC.tolist(), result):
+        best = all_hypotheses(table, 4, alpha)[:3]
+        assert [h.tokens for h in hyps] == [tokens for tokens, _ in best]
+        assert [h.score for h in hyps] == pytest.approx([score for _, score in best], abs=1e-6)
+
+
+@pytest.mark.parametrize("beam_size", [3, 4, 5])
+def test_an_ended_hypothesis_never_goes_on(beam_size):
+    """With fewer live continuations than beams (banned tokens, a short table), a hypothesis that ended at
+    </s> is not revived as a live one: none of the n-best holds </s> before its last token."""
+    for hyps in beam_search(TableModel(), SRC, DecodeConfig(beam_size=beam_size, alpha=0.6, extra_len=2, n_best=beam_size)):
+        assert hyps and all(EOS not in h.tokens[:-1] for h in hyps)

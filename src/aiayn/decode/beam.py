@@ -107,11 +107,15 @@ def _advance(state: BeamState, log_probs: Tensor, t: int, K: int, eos: int, conf
     """
     B, k = state.alive_log_probs.shape
     V = log_probs.size(1)
-    C = min(2 * K, k * V)
+    C = max(min(2 * K, k * V), K)  # at least K: a first step (k = 1) may have fewer continuations than beams
     # The best C of all k x V continuations are among the best C of each hypothesis's own V.
     row_lp, row_tok = top_k(log_probs, min(C, V))  # (B*k, c)
     total = (state.alive_log_probs.view(B * k, 1) + row_lp).view(B, -1)  # (B, k*c)
+    n = total.size(1)
+    if n < C:  # k x V < K: the missing candidates are impossible ones (-inf), copies of the last real one
+        total = torch.cat([total, total.new_full((B, C - n), -math.inf)], dim=1)
     cand_lp, flat = total.topk(C, dim=1)  # (B, C), best first
+    flat = flat.clamp(max=n - 1)
     beam = flat // row_lp.size(1)  # (B, C) parent hypothesis in 0..k-1
     token = row_tok.view(B, -1).gather(1, flat)  # (B, C)
     parent_seq = state.alive_tokens.gather(1, beam[:, :, None].expand(-1, -1, state.alive_tokens.size(2)))
@@ -127,11 +131,13 @@ def _advance(state: BeamState, log_probs: Tensor, t: int, K: int, eos: int, conf
     finished_tokens = torch.cat([state.finished_tokens, cand_seq], dim=1)
     finished_log_probs = torch.cat([state.finished_log_probs, cand_lp.masked_fill(~finishing, -math.inf)], dim=1)
     finished_lengths = torch.cat([state.finished_lengths, torch.full_like(token, t + 1)], dim=1)
-    # The best K candidates that do not end stay alive (there are always K: at most K end in </s>).
-    alive = cand_lp.masked_fill(ends, -math.inf).topk(K, dim=1).indices  # (B, K)
+    # The best K candidates that do not end stay alive. Where fewer than K do (a small or masked vocabulary),
+    # the rest are impossible (-inf), ended ones included: a hypothesis never goes on past its </s>.
+    alive_lp = cand_lp.masked_fill(ends, -math.inf)
+    alive = alive_lp.topk(K, dim=1).indices  # (B, K)
     new = BeamState(
         alive_tokens=cand_seq.gather(1, alive[:, :, None].expand(-1, -1, cand_seq.size(2))),
-        alive_log_probs=cand_lp.gather(1, alive),
+        alive_log_probs=alive_lp.gather(1, alive),
         finished_tokens=finished_tokens.gather(1, best[:, :, None].expand(-1, -1, cand_seq.size(2))),
         finished_scores=scores.gather(1, best),
         finished_log_probs=finished_log_probs.gather(1, best),
