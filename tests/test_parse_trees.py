@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from aiayn.parse.linearize import Repairs, delinearize, linearize, repair
-from aiayn.parse.trees import Tree, TreeError, base_label, clean, file_range, parse_tree, parse_trees, read_treebank
+from aiayn.parse.trees import (Tree, TreeError, base_label, clean, collapse_unary_repeats, file_range, parse_tree,
+                               parse_trees, read_treebank)
 
 from conftest import DATA
 
@@ -129,3 +130,27 @@ def test_reader_errors_say_where():
     assert file_range("wsj_0008-0010") == ["wsj_0008", "wsj_0009", "wsj_0010"]
     with pytest.raises(ValueError, match="comes before"):
         file_range("wsj_0010-0008")
+
+
+@pytest.mark.parametrize("tree, expected", [
+    ("(TOP (NP (NP (DT a) (NN b))))", "(TOP (NP (DT a) (NN b)))"),
+    ("(TOP (S (S (S (VP (VB go)))) (. .)))", "(TOP (S (S (VP (VB go))) (. .)))"),  # the inner chain; S over two kept
+    ("(TOP (S (NP (NP (NP (DT a) (NN b)))) (VP (VB go))))", "(TOP (S (NP (DT a) (NN b)) (VP (VB go))))"),
+    ("(TOP (NP (NP (DT a)) (PP (IN of) (NP (NN b)))))", None),  # NP over NP and PP: two children
+    ("(TOP (NP (NN x)))", None),  # over a tag, not a constituent
+    ("(TOP (S (VP (VP (VB go)))) (TOP (NN x)))", "(TOP (S (VP (VB go))) (TOP (NN x)))"),  # TOP is never merged
+])
+def test_collapse_unary_repeats(tree, expected):
+    out = collapse_unary_repeats(parse_tree(tree))
+    assert str(out) == (expected or tree)
+    assert collapse_unary_repeats(out) == out
+
+
+def test_collapsing_the_test_files_removes_their_seven_repeats(sample):
+    def brackets(tree: Tree) -> int:
+        return sum(not t.is_preterminal for t in _nodes(tree))
+
+    for trees, repeats in ((sample["valid"], 5), (sample["test"], 7)):
+        collapsed = [collapse_unary_repeats(t) for t in trees]
+        assert [(t.words(), t.tags()) for t in collapsed] == [(t.words(), t.tags()) for t in trees]
+        assert sum(brackets(t) for t in trees) - sum(brackets(t) for t in collapsed) == repeats

@@ -140,6 +140,20 @@ def _strip(tree: Tree) -> Tree | None:
     return Tree(base_label(tree.label), children) if children else None
 
 
+def collapse_unary_repeats(tree: Tree) -> Tree:
+    """Each X whose only child is another X (the same words under one label twice) made one X.
+
+    The treebank has few (5 on the dev files, 7 on test, against 21-24 in the model's trees at beam 80):
+    EVALB counts the copy as a bracket of its own, so collapsing it raises precision (dev F1 +0.13).
+    """
+    if tree.is_preterminal:
+        return tree
+    children = tuple(collapse_unary_repeats(child) for child in tree.children)
+    while tree.label != TOP and len(children) == 1 and not children[0].is_preterminal and children[0].label == tree.label:
+        children = children[0].children
+    return Tree(tree.label, children)
+
+
 def base_label(label: str) -> str:
     """NP-SBJ-1 -> NP, NP=2 -> NP, PP-LOC-CLR -> PP; labels that start with '-' (-NONE-, -LRB-) stay."""
     if label.startswith("-"):
