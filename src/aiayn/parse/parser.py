@@ -29,7 +29,7 @@ from .trees import Tree, collapse_unary_repeats
 # §6.3: "we increased the maximum output length to input length + 300 ... beam size of 21 and alpha = 0.3"
 PAPER_SEARCH = {"beam_size": 21, "alpha": 0.3, "extra_len": 300}
 # The constrained search's default beam, chosen on the dev files (wsj_0160-0179): F1 72.00 at 21, 73.22 at 40,
-# 74.77 at 80, 75.32 at 120 (docs/parsing.md); about 1.2 s a sentence on 2 cores. Not in the paper.
+# 74.77 at 80, 75.32 at 120 (docs/parsing.md); 1-2 s a sentence on 2 cores. Not in the paper.
 CONSTRAINED_SEARCH = {**PAPER_SEARCH, "beam_size": 120}
 
 
