@@ -113,9 +113,10 @@ def _advance(state: BeamState, log_probs: Tensor, t: int, K: int, eos: int, conf
     total = (state.alive_log_probs.view(B * k, 1) + row_lp).view(B, -1)  # (B, k*c)
     n = total.size(1)
     if n < C:  # k x V < K: the missing candidates are impossible ones (-inf), copies of the last real one
-        total = torch.cat([total, total.new_full((B, C - n), -math.inf)], dim=1)
-    cand_lp, flat = total.topk(C, dim=1)  # (B, C), best first
-    flat = flat.clamp(max=n - 1)
+        cand_lp, flat = torch.cat([total, total.new_full((B, C - n), -math.inf)], dim=1).topk(C, dim=1)
+        flat = flat.clamp(max=n - 1)
+    else:
+        cand_lp, flat = total.topk(C, dim=1)  # (B, C), best first
     beam = flat // row_lp.size(1)  # (B, C) parent hypothesis in 0..k-1
     token = row_tok.view(B, -1).gather(1, flat)  # (B, C)
     parent_seq = state.alive_tokens.gather(1, beam[:, :, None].expand(-1, -1, state.alive_tokens.size(2)))

@@ -33,6 +33,10 @@ PAPER_SEARCH = {"beam_size": 21, "alpha": 0.3, "extra_len": 300}
 CONSTRAINED_SEARCH = {**PAPER_SEARCH, "beam_size": 120}
 
 
+def search_defaults(constrained: bool) -> dict[str, Any]:
+    return CONSTRAINED_SEARCH if constrained else PAPER_SEARCH
+
+
 class Parser:
     """A sequence-to-sequence model over ParseTokenizer's vocabularies; `parse(sentences)` -> trees."""
 
@@ -49,15 +53,14 @@ class Parser:
              **options: Any) -> Parser:
         """A model directory; options (beam_size, alpha, batch_size, ...) override the search's defaults
         (CONSTRAINED_SEARCH, or the paper's PAPER_SEARCH with constrained=False)."""
-        defaults = CONSTRAINED_SEARCH if constrained else PAPER_SEARCH
-        options = {**defaults, **{k: v for k, v in options.items() if v is not None}}
+        options = {**search_defaults(constrained), **{k: v for k, v in options.items() if v is not None}}
         return cls(Translator.load(path, device, **options), constrained)
 
     @classmethod
     def from_model(cls, model: Transformer, tokenizer: ParseTokenizer, device: str | torch.device = "cpu",
                    batch_size: int = 32, constrained: bool = True, **search: Any) -> Parser:
         """A parser over a model in memory (training's test set); the translator puts it in eval mode."""
-        config = DecodeConfig(**{**(CONSTRAINED_SEARCH if constrained else PAPER_SEARCH), **search})
+        config = DecodeConfig(**{**search_defaults(constrained), **search})
         return cls(Translator(model, tokenizer, config, device, batch_size), constrained)
 
     def parse(self, sentences: list[str]) -> list[Tree | None]:
