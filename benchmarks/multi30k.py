@@ -90,7 +90,7 @@ def write_report(path: Path, rows: list[dict], loads: list[float], src: str = "e
     lines += ["", f"sacreBLEU signature: {rows[-1].get('signature', '-')}",
               f"averaged checkpoints: {', '.join(rows[-1].get('averaged', []))}",
               f"load average samples (1 min, every 30 s; 2 cores): min {min(loads, default=0):.2f}, "
-              f"max {max(loads, default=0):.2f}, mean {sum(loads) / max(len(loads), 1):.2f} (this run alone holds about 2)", "",
+              f"max {max(loads, default=0):.2f}, mean {rows[-1]['mean_load']:.2f} (this run alone holds about 2)", "",
               "```json", json.dumps(rows, indent=2), "```", ""]
     path.write_text("\n".join(lines))
     print("\n".join(lines[:4 + len(rows)]))
