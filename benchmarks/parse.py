@@ -94,7 +94,7 @@ def main() -> None:
         began = time.perf_counter()
         beam = recipe.train.beam_size if search == "constrained" else PAPER_SEARCH["beam_size"]
         parser = Parser.load(out / "model", beam_size=beam, alpha=recipe.train.alpha, constrained=search == "constrained")
-        label = f"§6.3 search, beam {beam}" if search == "paper" else f"constrained search, beam {beam}"
+        label = f"{'§6.3' if search == 'paper' else 'constrained'} search, beam {beam}"
         rows.append(row(f"{name}, {label}", evalb(gold, parser.parse_lines(sentences)), time.perf_counter() - began,
                         f"{note}; {parser.repaired} repaired"))
     stop.set()

@@ -34,6 +34,7 @@ CONSTRAINED_SEARCH = {**PAPER_SEARCH, "beam_size": 120}
 
 
 def search_defaults(constrained: bool) -> dict[str, Any]:
+    """The search settings a Parser starts from: CONSTRAINED_SEARCH, or §6.3's own with constrained=False."""
     return CONSTRAINED_SEARCH if constrained else PAPER_SEARCH
 
 
