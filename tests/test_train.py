@@ -70,6 +70,31 @@ def test_smoothed_loss_equals_torch_cross_entropy():
     torch.testing.assert_close(g, g_ref)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_smoothed_loss_in_row_chunks_equals_one_piece(monkeypatch, dtype):
+    # 3 rows a chunk over 28 rows: the same loss and gradient, bit for bit, as upcasting the whole table
+    # (the old code); bf16 logits (autocast's) get a bf16 gradient, as autograd's cast back gave.
+    from aiayn.train import loss as loss_module
+
+    torch.manual_seed(0)
+    logits = (3 * torch.randn(4, 7, 50)).to(dtype).requires_grad_()
+    target = torch.randint(1, 50, (4, 7))
+    target[2, 4:] = 0
+    ref = F.cross_entropy(logits.float().flatten(0, 1), target.flatten(), ignore_index=0, label_smoothing=0.1,
+                          reduction="sum")
+    g_ref, = torch.autograd.grad(ref, logits)
+    whole, _, _ = label_smoothed_nll(logits, target, 0.1, pad_id=0)
+    g_whole, = torch.autograd.grad(whole, logits)
+    monkeypatch.setattr(loss_module, "CHUNK_BYTES", 4 * 50 * 3)
+    assert len(loss_module.row_chunks(logits.flatten(0, 1))) == 10
+    chunked, _, _ = label_smoothed_nll(logits, target, 0.1, pad_id=0)
+    g_chunked, = torch.autograd.grad(chunked, logits)
+    assert chunked.item() == whole.item() and torch.equal(g_chunked, g_whole)
+    assert g_chunked.dtype == dtype
+    torch.testing.assert_close(chunked, ref)
+    torch.testing.assert_close(g_chunked, g_ref, rtol=1e-2 if dtype == torch.bfloat16 else 1e-5, atol=1e-3)
+
+
 def test_recipe_overrides_are_type_checked(tmp_path):
     recipe = load_recipe(REPO / "recipes" / "multi30k-en-de.yaml",
                          ["--train.max_steps=7", "--model.d_model=128", "--train.bf16=true", "--train.lr_factor=1e-3"])

@@ -5,6 +5,15 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+CHUNK_BYTES = 4 << 20  # rows of float32 logits worked on at once: a few MiB, so each pass reads cache, not memory
+
+
+def row_chunks(logits: Tensor) -> list[slice]:
+    """Slices of about CHUNK_BYTES of float32 rows each, covering the (N, V) logits in order."""
+    n, v = logits.shape
+    rows = max(1, CHUNK_BYTES // (4 * v))
+    return [slice(i, min(i + rows, n)) for i in range(0, n, rows)]
+
 
 class _SmoothedNLL(torch.autograd.Function):
     """Loss and gradient in a few passes over the (N, V) logits, none of them a log-probability table.
@@ -12,14 +21,24 @@ class _SmoothedNLL(torch.autograd.Function):
     With q = (1 - eps) onehot(y) + eps / V, the loss of a row is logsumexp(z) - q.z and its
     gradient softmax(z) - q: written out here, it avoids the five or six full-size temporaries
     (log-probabilities, zero-filled and broadcast gradients and their sum) that autograd makes.
+    The rows are taken a few MiB at a time, upcast to float32 there (bf16 logits under autocast stay
+    bf16 in memory, and their gradient is written in bf16, as autograd's cast back would), so the
+    passes run in cache: on a CPU a (3,744 x 8,000) table in one piece cost more than the products
+    that made it (docs/training.md). Each row's arithmetic is the same as in one piece.
     """
 
     @staticmethod
     def forward(ctx, logits: Tensor, target: Tensor, epsilon: float, pad_id: int) -> tuple[Tensor, Tensor]:
         keep = target != pad_id  # (N,)
-        lse = torch.logsumexp(logits, dim=-1)  # (N,)
-        nll = (lse - logits.gather(1, target[:, None]).squeeze(1)) * keep  # -log p(y)
-        uniform = (lse - logits.mean(dim=-1)) * keep  # cross-entropy against the uniform distribution
+        lse = torch.empty(logits.size(0), dtype=torch.float32, device=logits.device)  # (N,)
+        mean = torch.empty_like(lse)  # (N,)
+        for rows in row_chunks(logits):
+            z = logits[rows].float()  # (n, V)
+            torch.logsumexp(z, dim=-1, out=lse[rows])
+            torch.mean(z, dim=-1, out=mean[rows])
+        gold = logits.gather(1, target[:, None]).squeeze(1).float()  # (N,)
+        nll = (lse - gold) * keep  # -log p(y)
+        uniform = (lse - mean) * keep  # cross-entropy against the uniform distribution
         ctx.save_for_backward(logits, lse, target, keep)
         ctx.epsilon = epsilon
         nll_sum = nll.sum()
@@ -30,9 +49,12 @@ class _SmoothedNLL(torch.autograd.Function):
     def backward(ctx, grad_loss: Tensor, _grad_nll: Tensor) -> tuple[Tensor, None, None, None]:
         logits, lse, target, keep = ctx.saved_tensors
         eps, V = ctx.epsilon, logits.size(-1)
-        grad = torch.sub(logits, lse[:, None]).exp_().sub_(eps / V)  # softmax(z) - eps / V
-        grad.scatter_add_(1, target[:, None], torch.full_like(lse[:, None], eps - 1.0))  # - (1 - eps) onehot
-        grad.mul_((keep * grad_loss)[:, None])
+        scale = (keep * grad_loss)[:, None]  # (N, 1)
+        grad = torch.empty_like(logits)  # (N, V), the logits' dtype
+        for rows in row_chunks(logits):
+            g = torch.sub(logits[rows].float(), lse[rows, None]).exp_().sub_(eps / V)  # softmax(z) - eps / V
+            g.scatter_add_(1, target[rows, None], torch.full_like(lse[rows, None], eps - 1.0))  # - (1 - eps) onehot
+            grad[rows] = g.mul_(scale[rows])
         return grad, None, None, None
 
 
@@ -42,8 +64,9 @@ def label_smoothed_nll(logits: Tensor, target: Tensor, epsilon: float, pad_id: i
     logits (B, T, V), target (B, T). The reference token gets 1 - epsilon of the probability mass
     plus its share of epsilon spread uniformly over all V classes, as in
     `F.cross_entropy(label_smoothing=epsilon)`. Sums, not means, so that gradient accumulation
-    can divide by the tokens of the whole effective batch.
+    can divide by the tokens of the whole effective batch. The loss is computed in float32 whatever
+    the logits' dtype.
     """
     target = target.flatten()  # (B*T,)
-    loss, nll = _SmoothedNLL.apply(logits.float().flatten(0, 1), target, epsilon, pad_id)  # (B*T, V) in
+    loss, nll = _SmoothedNLL.apply(logits.flatten(0, 1), target, epsilon, pad_id)  # (B*T, V) in
     return loss, nll.detach(), int((target != pad_id).sum())
