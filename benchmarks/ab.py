@@ -7,7 +7,9 @@ Each round starts one worker process per checkout (in alternating order), with P
 that checkout's src/. A worker builds the same random model from a fixed seed (opus-mt-en-de's
 shapes, as ../shared/PEERS.md measures the peers; small training shapes for the train step), makes
 it ready for decoding as `Translator.load` does, and times beam 4 and greedy search at batch 32 with
-every output forced to OUT_LEN tokens, and one optimizer step. The table gives, per job, the median
+every output forced to OUT_LEN tokens, three optimizer steps (`train`: fp32, small shapes) and eight of
+the Multi30k recipe's (`train-m30k`: its model and ~3,600-token batches, bf16 autocast where the CPU
+has it, through the checkout's own training contexts). The table gives, per job, the median
 over rounds of the per-round ratio new/old of the times (above 1: the new code is slower).
 """
 
@@ -63,6 +65,12 @@ if any(j != "train" for j in jobs):
             began = time.perf_counter()
             search(step, src, c)
             times[job] = time.perf_counter() - began
+def timed_steps(one_step, n):
+    one_step(0)  # warm-up
+    began = time.perf_counter()
+    for i in range(1, n + 1):
+        one_step(i)
+    return time.perf_counter() - began
 if "train" in jobs:
     torch.manual_seed(seed)
     config = ModelConfig.preset("small", vocab_size=8000, max_len=256)
@@ -77,11 +85,42 @@ if "train" in jobs:
         (loss / (tgt.size(0) * 32)).backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
-    one_step(0)  # warm-up
-    began = time.perf_counter()
-    for i in range(1, 4):
-        one_step(i)
-    times["train"] = time.perf_counter() - began
+    times["train"] = timed_steps(one_step, 3)
+if "train-m30k" in jobs:  # the Multi30k recipe's step: bf16 autocast where native, the loop's own contexts
+    from aiayn.data.batching import Batch
+    from aiayn.train import gemm, kernels, precision
+    try:
+        from aiayn.train.loop import forward_context
+    except ImportError:  # a checkout from before forward_context: the contexts the loop entered then
+        import contextlib
+        def forward_context(attention, device, dtype, backend, length):
+            stack = contextlib.ExitStack()
+            kernel = kernels.attention_kernel(attention, device, length)
+            for c in (precision.autocast(device, dtype), kernels.attention(kernel), gemm.products(backend)):
+                stack.enter_context(c)
+            return stack
+    torch.manual_seed(seed)
+    config = ModelConfig.preset("small", vocab_size=8000, max_len=256, p_drop=0.3)
+    model = Transformer(config).train()
+    opt = torch.optim.Adam(model.parameters(), lr=0.0, betas=(0.9, 0.98), eps=1e-9, fused=True)
+    cpu, dtype = torch.device("cpu"), precision.autocast_dtype("auto", False)
+    g = torch.Generator().manual_seed(seed)
+    shapes = [(117, 32), (260, 14), (196, 20), (400, 10)]  # (sentences, tokens): the recipe's ~3,600-token batches
+    batches = []
+    for B, T in shapes:
+        src, tgt = torch.randint(4, 8000, (B, T), generator=g), torch.randint(4, 8000, (B, T + 1), generator=g)
+        batches.append(Batch(src, tgt[:, :-1], tgt[:, 1:], B * T, B * T))
+    def m30k_step(i):
+        b = batches[i % len(batches)]
+        for group in opt.param_groups:
+            group["lr"] = rate(i + 1, config.d_model, 300, 0.42)
+        with forward_context("auto", cpu, dtype, "mkl", max(b.src.size(1), b.tgt_in.size(1))):
+            logits = model(b.src, b.tgt_in)
+        loss, _, _ = label_smoothed_nll(logits, b.tgt_out, 0.1, config.pad_id)
+        (loss / b.n_tgt).backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    times["train-m30k"] = timed_steps(m30k_step, 8)
 print(json.dumps(times))
 """
 

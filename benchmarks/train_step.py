@@ -26,8 +26,8 @@ import torch.nn.functional as F  # noqa: E402
 
 from aiayn.config import ModelConfig  # noqa: E402
 from aiayn.model import Transformer  # noqa: E402
-from aiayn.train import gemm as train_gemm  # noqa: E402
 from aiayn.train import kernels  # noqa: E402
+from aiayn.train.loop import forward_context  # noqa: E402
 from aiayn.train.loss import label_smoothed_nll  # noqa: E402
 from aiayn.train.schedule import rate  # noqa: E402
 
@@ -54,14 +54,14 @@ def hf_model():
     return MarianMTModel(config).train()
 
 
-def aiayn_step(model, optimizer, src, tgt_in, tgt_out, step: int, bf16: bool, kernel: str = "math",
+def aiayn_step(model, optimizer, src, tgt_in, tgt_out, step: int, bf16: bool, attention: str = "auto",
                backend: str = "mkl") -> float:
-    """kernel: eq. (1)'s, as aiayn's training loop picks it on a CPU (train.attention: auto -> math);
-    backend: train.gemm's products."""
+    """As aiayn's training loop computes a step: its forward context (eq. (1)'s kernel for the batch's
+    length, train.attention; train.gemm's products; its dropout masks) and its loss."""
     for group in optimizer.param_groups:
         group["lr"] = rate(step, 512, 4000)
-    with (torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16), kernels.attention(kernel),
-          train_gemm.products(backend)):
+    dtype = torch.bfloat16 if bf16 else None
+    with forward_context(attention, torch.device("cpu"), dtype, backend, max(src.size(1), tgt_in.size(1))):
         logits = model(src, tgt_in)
     loss, _, n = label_smoothed_nll(logits, tgt_out, 0.1, PAD)
     (loss / n).backward()
@@ -108,7 +108,7 @@ def main() -> None:
     engines = {}
     for backend in args.gemm:  # the same initial weights for each (seed 0)
         torch.manual_seed(0)
-        engines[f"aiayn {backend}"] = (aiayn_model(), partial(aiayn_step, kernel=kernel, backend=backend))
+        engines[f"aiayn {backend}"] = (aiayn_model(), partial(aiayn_step, attention=args.attention, backend=backend))
     engines["Hugging Face"] = (hf_model(), hf_step)
     optimizers = {name: torch.optim.Adam(m.parameters(), betas=(0.9, 0.98), eps=1e-9,
                                          fused=args.fused_adam and name.startswith("aiayn"))

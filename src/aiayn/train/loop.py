@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import random
 import time
@@ -32,6 +33,7 @@ from ..model import Transformer
 from ..recipe import Recipe
 from ..files import sweep_temporaries
 from . import distributed, gemm, kernels, precision, progress, run_folder
+from .dropout import fast_dropout
 from .checkpoint import Checkpoints, TrainState, average_checkpoints, checkpoint_steps
 from .flops import train_flops
 from .interrupt import deferred_sigint
@@ -206,9 +208,9 @@ def _train(recipe: Recipe, out: Path, init: str | Path | None, log: Log) -> dict
             loss_sum = 0.0
             for i, b in enumerate(batches):
                 # all-reduce the gradients once, after the last micro-batch (DDP's no_sync before it)
-                kernel = kernels.attention_kernel(cfg.attention, device, max(b.src.size(1), b.tgt_in.size(1)))
-                with (distributed.no_sync(net, i < len(batches) - 1), precision.autocast(device, dtype),
-                      kernels.attention(kernel), gemm.products(state.gemm)):  # eq. (1): math kernel for short batches on a CPU
+                length = max(b.src.size(1), b.tgt_in.size(1))
+                with distributed.no_sync(net, i < len(batches) - 1), forward_context(cfg.attention, device, dtype,
+                                                                                     state.gemm, length):
                     logits = net(b.src, b.tgt_in)
                 loss, _, _ = label_smoothed_nll(logits, b.tgt_out, cfg.label_smoothing, model.config.pad_id)
                 scaler.scale(loss * world / n_tokens).backward()  # DDP averages gradients over ranks; undo that
@@ -259,6 +261,22 @@ def _train(recipe: Recipe, out: Path, init: str | Path | None, log: Log) -> dict
     if writer:
         writer.close()
     return results
+
+
+def forward_context(attention: str, device: torch.device, dtype: torch.dtype | None, gemm_backend: str,
+                    length: int) -> contextlib.ExitStack:
+    """How a training forward pass computes (none of it in the paper; each a speed measure, same function).
+
+    Autocast's dtype (None = fp32), eq. (1)'s kernel for a batch whose longer side has `length`
+    positions (train/kernels.py), the float32 products' backend (train/gemm.py) and dropout masks
+    drawn from 64-bit words (train/dropout.py).
+    """
+    kernel = kernels.attention_kernel(attention, device, length)
+    stack = contextlib.ExitStack()
+    for context in (precision.autocast(device, dtype), kernels.attention(kernel), gemm.products(gemm_backend),
+                    fast_dropout()):
+        stack.enter_context(context)
+    return stack
 
 
 def stop(recipe: Recipe, step: int, seconds: float, epochs: float) -> bool:
