@@ -7,6 +7,8 @@ After 30 minutes of training the run stops, averages its last checkpoints, decod
 test_2016_flickr and scores it (sacreBLEU, cased, detokenised, with its signature); then the
 same command resumes exactly where it stopped and trains to 60 minutes, and scores again.
 `--minutes 15 30 60 120` gives the curve; a later, longer budget on the same folder resumes it.
+A recipe with a cool-down (train.cooldown, which plans its steps for one budget) trains each
+budget as a run of its own, in OUT/15min, OUT/30min, ...
 Decoding time is not counted as training time. The peer (../shared/PEERS.md), En-De only:
 fairseq, 37.48 BLEU after 60 minutes on the same kind of machine, 2 threads.
 """
@@ -60,8 +62,11 @@ def main() -> None:
         recipe = load_recipe(args.recipe, [f"--train.max_minutes={minutes}", "--train.threads=2"])
         decoder = decoder_name()
         began = time.perf_counter()
-        results = train(recipe, args.out)
-        shutil.copytree(Path(args.out) / "model", Path(args.out) / f"model-{minutes:g}min", dirs_exist_ok=True)
+        # A recipe that cools down plans its steps for one budget and ends with the rate near zero: each budget is a
+        # run of its own (OUT/15min, ...). Without a cool-down, one run resumes exactly from budget to budget.
+        out = Path(args.out) / f"{minutes:g}min" if recipe.train.cooldown else Path(args.out)
+        results = train(recipe, out)
+        shutil.copytree(out / "model", Path(args.out) / f"model-{minutes:g}min", dirs_exist_ok=True)
         rows.append(dict(results, budget_minutes=minutes, decoder=decoder, wall_s=time.perf_counter() - began,
                          peak_rss_mib=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
                          mean_load=sum(loads) / max(len(loads), 1)))

@@ -45,6 +45,8 @@ class TrainConfig:
     effective_batch_tokens: int = field(default=0, metadata={"help": "tokens per side per optimizer step; 0 = batch_tokens x world"})
     warmup_steps: int = 4000  # eq. (3)
     lr_factor: float = 1.0  # scale of eq. (3)
+    cooldown: float = field(default=0.0, metadata={"help": "last share of the run's steps over which the rate falls "
+                                                            "linearly to 0 (not in the paper; train/schedule.py)"})
     beta1: float = 0.9  # Adam (§5.3)
     beta2: float = 0.98
     adam_eps: float = 1e-9
@@ -97,7 +99,7 @@ SECTIONS = {"data": DataConfig, "train": TrainConfig}
 RANGES = {
     "vocab_size": (UNK_ID + 2, None), "max_subwords": (1, None), "vocab_sample": (1, None),
     "batch_tokens": (1, None), "effective_batch_tokens": (0, None), "warmup_steps": (1, None),
-    "lr_factor": (0, None), "beta1": (0, 1), "beta2": (0, 1), "adam_eps": (0, None), "label_smoothing": (0, 1),
+    "lr_factor": (0, None), "cooldown": (0, 1), "beta1": (0, 1), "beta2": (0, 1), "adam_eps": (0, None), "label_smoothing": (0, 1),
     "clip_norm": (0, None), "max_steps": (1, None), "max_minutes": (0, None), "max_epochs": (0, None),
     "seed": (0, None), "threads": (0, None), "log_every": (1, None), "eval_every": (0, None),
     "bleu_sentences": (0, None), "save_every": (0, None), "keep_checkpoints": (0, None), "average_last": (1, None),

@@ -30,7 +30,7 @@ from ..evaluate import tokenized_bleu
 from ..decode.layout import for_decoding
 from ..io import load_model, read_column_major, read_safetensors, write_atomic
 from ..model import Transformer
-from ..recipe import Recipe
+from ..recipe import Recipe, TrainConfig
 from ..files import sweep_temporaries
 from . import distributed, gemm, kernels, precision, progress, run_folder
 from .dropout import fast_dropout
@@ -38,7 +38,7 @@ from .checkpoint import Checkpoints, TrainState, average_checkpoints, checkpoint
 from .flops import train_flops
 from .interrupt import deferred_sigint
 from .loss import label_smoothed_nll
-from .schedule import rate
+from .schedule import PLAN_AFTER, plan_steps, rate
 from .validate import sacrebleu_score, translate_texts, validation_loss
 
 Log = Callable[[str], None]
@@ -193,12 +193,16 @@ def _train(recipe: Recipe, out: Path, init: str | Path | None, log: Log) -> dict
     bar = progress.ProgressBar(cfg, state.step, state.elapsed, stream.epochs_done, disable=not main)  # nearest limit
     saved_at, began, tokens_before = state.step, time.perf_counter() - state.elapsed, state.tokens
     started = time.perf_counter()  # this process's start: tokens/s counts what it trained (save moves state.elapsed)
+    if state.planned_minutes != cfg.max_minutes:  # a new time budget (or none): the cool-down is planned anew
+        state.planned_steps, state.planned_minutes = 0, 0.0
+    first_step = state.step  # this process's first step: the speed that plans the cool-down counts from here
     model.train()
     with deferred_sigint() as ctrl_c, bar:  # Ctrl-C stops at the next step boundary; the bar closes on errors too
         while not distributed.any_rank(ctrl_c.requested or stop(recipe, state.step, time.perf_counter() - began,
-                                                                stream.epochs_done), device):
-            # 1. the learning rate of eq. (3)
-            lr = rate(state.step + 1, model.config.d_model, cfg.warmup_steps, cfg.lr_factor)
+                                                                stream.epochs_done, state.planned_steps), device):
+            # 1. the learning rate of eq. (3), and the cool-down of a run whose length is known (or planned)
+            lr = rate(state.step + 1, model.config.d_model, cfg.warmup_steps, cfg.lr_factor, run_steps(cfg, state),
+                      cfg.cooldown)
             for group in optimizer.param_groups:
                 group["lr"] = lr
             # 2. micro-batches: each rank's share; loss divided by the target tokens of the whole step
@@ -226,6 +230,8 @@ def _train(recipe: Recipe, out: Path, init: str | Path | None, log: Log) -> dict
             optimizer.zero_grad(set_to_none=True)
             state.step += 1
             faults.point("train.after-step")
+            if cfg.cooldown and cfg.max_minutes:  # a time budget: how many steps it holds, until the cool-down begins
+                plan_cooldown(cfg, state, began, started, first_step, device, log)
             # 4. log, evaluate and checkpoint at intervals
             n_src = distributed.all_reduce_sum(sum(b.n_src for b in batches), device)  # real source tokens
             step_loss = distributed.all_reduce_sum(loss_sum, device) / n_tokens  # all ranks' loss per target token
@@ -279,9 +285,36 @@ def forward_context(attention: str, device: torch.device, dtype: torch.dtype | N
     return stack
 
 
-def stop(recipe: Recipe, step: int, seconds: float, epochs: float) -> bool:
-    """max_steps, max_minutes or max_epochs reached; epochs counts finished ones and the current one's fraction."""
-    return progress.stop(recipe.train, step, seconds, epochs)
+def stop(recipe: Recipe, step: int, seconds: float, epochs: float, planned_steps: int = 0) -> bool:
+    """max_steps, max_minutes, max_epochs or the planned steps reached; epochs counts finished ones and the current
+    one's fraction."""
+    return progress.stop(recipe.train, step, seconds, epochs) or 0 < planned_steps <= step
+
+
+def run_steps(cfg: TrainConfig, state: TrainState) -> int:
+    """The run's length in steps for the cool-down: planned for a time budget (0 until then), else max_steps."""
+    return state.planned_steps if cfg.max_minutes else cfg.max_steps
+
+
+def plan_cooldown(cfg: TrainConfig, state: TrainState, began: float, started: float, first_step: int,
+                  device: torch.device, log: Log) -> None:
+    """The steps the time budget holds, at this process's speed so far: planned once PLAN_AFTER of the budget has
+    passed, planned again at each checkpoint until the cool-down begins (eq. (3) alone until then, so a new plan
+    changes no rate already used), then kept. The ranks' mean, so every rank has the same plan."""
+    planned, now = state.planned_steps, time.perf_counter()
+    if planned and state.step > planned - round(cfg.cooldown * planned):  # cooling down: the plan stands
+        return
+    left = cfg.max_minutes * 60 - (now - began)
+    due = (not planned and now - started >= min(PLAN_AFTER * cfg.max_minutes * 60, left / 2)) or (
+        planned and cfg.save_every and state.step % cfg.save_every == 0)
+    if not due:
+        return
+    steps = plan_steps(state.step - first_step, now - started, left + (now - started), cfg.max_steps - first_step)
+    steps = round(distributed.all_reduce_sum(steps, device) / distributed.world_size())
+    state.planned_steps, state.planned_minutes = first_step + steps, cfg.max_minutes
+    if not planned:
+        log(f"the time budget holds about {state.planned_steps:,} steps at this speed (planned again at each "
+            f"checkpoint): the rate falls to 0 over the last {cfg.cooldown:.0%} of them (train.cooldown)")
 
 
 def tensorboard_writer(out: Path):
