@@ -5,12 +5,15 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-CHUNK_BYTES = 4 << 20  # rows of float32 logits worked on at once: a few MiB, so each pass reads cache, not memory
+CHUNK_BYTES = 4 << 20  # rows of float32 logits worked on at once on a CPU: a few MiB, so each pass reads cache
 
 
 def row_chunks(logits: Tensor) -> list[slice]:
-    """Slices of about CHUNK_BYTES of float32 rows each, covering the (N, V) logits in order."""
+    """Slices of about CHUNK_BYTES of float32 rows each, covering the (N, V) logits in order; one slice off a CPU
+    (a GPU would pay a dozen kernel launches a chunk, and its reductions may split rows differently by size)."""
     n, v = logits.shape
+    if logits.device.type != "cpu":
+        return [slice(0, n)]
     rows = max(1, CHUNK_BYTES // (4 * v))
     return [slice(i, min(i + rows, n)) for i in range(0, n, rows)]
 
@@ -24,7 +27,8 @@ class _SmoothedNLL(torch.autograd.Function):
     The rows are taken a few MiB at a time, upcast to float32 there (bf16 logits under autocast stay
     bf16 in memory, and their gradient is written in bf16, as autograd's cast back would), so the
     passes run in cache: on a CPU a (3,744 x 8,000) table in one piece cost more than the products
-    that made it (docs/training.md). Each row's arithmetic is the same as in one piece.
+    that made it (docs/training.md). Each row's arithmetic is the same as in one piece. Other devices take
+    the table in one piece.
     """
 
     @staticmethod
