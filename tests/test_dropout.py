@@ -61,11 +61,15 @@ def test_the_context_catches_the_models_dropout_in_training_only():
             trained = len(calls)
             model.eval()(src, tgt)
             F.dropout(torch.ones(4), 0.0, True)
+            inplace = torch.ones(1000)
+            F.dropout(inplace, 0.5, True, True)  # in place: PyTorch's own, which changes its input
+            assert (inplace == 0).any() and (inplace == 2).any()
+            assert torch.isfinite(F.dropout(torch.ones(4), 1 - 1e-6, True)).all()  # p = 1 at 2^-15: PyTorch's own
     finally:
         torch.Tensor.random_ = original
     embeddings, sublayers = 2, 2 * 2 + 3 * 2  # tiny: 2 + 2 layers; attention weights drop inside SDPA's own kernel
     assert trained == embeddings + sublayers  # every nn.Dropout
-    assert len(calls) == trained  # eval mode and p = 0 draw nothing
+    assert len(calls) == trained  # eval mode, p = 0, in place and p near 1 draw no words
 
 
 def test_training_under_the_context_matches_a_hand_written_mask():

@@ -55,7 +55,8 @@ def dropout(x: Tensor, p: float) -> Tensor:
 
 
 class _FastDropout(TorchFunctionMode):
-    """Sends every training-time F.dropout of a CPU tensor with 0 < p < 1 to `dropout`."""
+    """Sends every training-time, out-of-place F.dropout of a CPU tensor to `dropout` where p is more than 0 and less
+    than 1 at the lanes' resolution; PyTorch's own dropout does the rest."""
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -63,7 +64,8 @@ class _FastDropout(TorchFunctionMode):
             x = args[0] if args else kwargs["input"]
             p = args[1] if len(args) > 1 else kwargs.get("p", 0.5)
             training = args[2] if len(args) > 2 else kwargs.get("training", True)
-            if training and 0.0 < p < 1.0 and x.device.type == "cpu":
+            inplace = args[3] if len(args) > 3 else kwargs.get("inplace", False)
+            if training and not inplace and 0 < round(p * LANE) < LANE and x.device.type == "cpu":
                 return dropout(x, p)
         return func(*args, **kwargs)
 
