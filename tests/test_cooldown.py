@@ -10,9 +10,10 @@ import pytest
 import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from aiayn.recipe import load_recipe
+from aiayn.recipe import TrainConfig, load_recipe
+from aiayn.train.checkpoint import TrainState
 from aiayn.train.loop import train
-from aiayn.train.schedule import PLAN_MARGIN, cooldown_factor, plan_steps, rate
+from aiayn.train.schedule import PLAN_MARGIN, cooldown_factor, plan_steps, rate, shortest_run
 
 REPO = Path(__file__).resolve().parents[1]
 VAL = REPO.parent / "shared" / "data" / "multi30k" / "val"
@@ -44,6 +45,40 @@ def test_plan_steps_from_the_speed_so_far():
     assert plan_steps(180, 180.0, 100.0, 100_000) == 180
 
 
+def test_shortest_run_begins_its_cool_down_after_the_step():
+    for step in range(0, 200):
+        for cooldown in (0.1, 0.3, 0.5, 0.9):
+            n = shortest_run(step, cooldown)
+            assert n - round(cooldown * n) >= step  # steps 1..step stay eq. (3)'s
+            assert n == step or (n - 1) - round(cooldown * (n - 1)) < step  # and no shorter run does
+
+
+def test_plans_skip_the_first_step_and_never_reach_back_into_steps_taken(monkeypatch):
+    from aiayn.train import loop
+
+    cfg = TrainConfig(max_minutes=1.0, cooldown=0.5, save_every=10, max_steps=100_000)
+    state, logged, now = TrainState(step=5), [], [103.0]
+    monkeypatch.setattr(loop.time, "perf_counter", lambda: now[0])
+    cpu = torch.device("cpu")
+    # the run began at 98 s, its first step ended at 100 s (step 1): 4 steps in 3 s are too few to plan on
+    loop.plan_cooldown(cfg, state, 98.0, (100.0, 1), cpu, logged.append)
+    assert state.planned_steps == 0 and not logged
+    state.step = 11  # 10 steps in 3 s, 55 s left: 10 x 58 x 0.98 / 3 steps after step 1
+    loop.plan_cooldown(cfg, state, 98.0, (100.0, 1), cpu, logged.append)
+    assert state.planned_steps == 1 + int(10 * 58 * (1 - PLAN_MARGIN) / 3) and len(logged) == 1
+    assert loop.run_steps(cfg, state) == state.planned_steps
+    # at the checkpoint of step 20 the host has slowed down: the plan shrinks, but not into the steps taken
+    state.step, now[0] = 20, 200.0
+    loop.plan_cooldown(cfg, state, 98.0, (100.0, 1), cpu, logged.append)
+    assert state.planned_steps == shortest_run(20, 0.5) == 40 and len(logged) == 1
+    # cooling down now: the plan stands; and max_steps below it wins
+    state.step, now[0] = 30, 500.0
+    loop.plan_cooldown(cfg, state, 98.0, (100.0, 1), cpu, logged.append)
+    assert state.planned_steps == 40
+    assert loop.run_steps(TrainConfig(max_minutes=1.0, cooldown=0.5, max_steps=35), state) == 35
+    assert loop.run_steps(TrainConfig(max_minutes=1.0, cooldown=0.5, max_steps=35), TrainState()) == 35
+
+
 def tiny(out: Path, *overrides: str) -> dict:
     recipe = load_recipe(REPO / "recipes" / "tiny.yaml", [f"--data.train={VAL}", f"--data.valid={VAL}",
                                                            "--train.log_every=1", "--train.save_every=10", *overrides])
@@ -73,9 +108,10 @@ def test_a_time_budget_plans_its_steps_keeps_them_and_ends_on_them(tmp_path, mon
     from aiayn.train import loop
 
     monkeypatch.setattr(loop, "plan_steps", lambda *a: int(0.7 * plan_steps(*a)))  # a loaded CI host stays inside
+    monkeypatch.setattr(loop, "MIN_PLAN_STEPS", 3)  # and plans within its 6 s however slow its steps
     results = tiny(tmp_path, "--train.max_steps=100000", "--train.max_minutes=0.1", "--train.cooldown=0.5")
     planned = state(tmp_path, results["steps"])["planned_steps"]
-    assert planned == results["steps"] > 20  # it ended on the plan, inside the budget
+    assert planned == results["steps"] > 5  # it ended on the plan, inside the budget
     assert results["minutes"] < 0.1
     assert state(tmp_path, results["steps"])["planned_minutes"] == 0.1
     lr = logged_lr(tmp_path)
@@ -83,6 +119,9 @@ def test_a_time_budget_plans_its_steps_keeps_them_and_ends_on_them(tmp_path, mon
     # the same command again resumes at the plan's end: nothing more to train, the plan unchanged
     again = tiny(tmp_path, "--train.max_steps=100000", "--train.max_minutes=0.1", "--train.cooldown=0.5")
     assert again["steps"] == planned
+    # the cool-down turned off on resume: the plan no longer ends the run, the budget does
+    off = tiny(tmp_path, "--train.max_steps=100000", "--train.max_minutes=0.1", "--train.cooldown=0")
+    assert off["steps"] > planned and state(tmp_path, off["steps"])["planned_steps"] == 0
     # a longer budget plans anew from the step it resumes at
     longer = tiny(tmp_path, "--train.max_steps=100000", "--train.max_minutes=0.2", "--train.cooldown=0.5")
     replanned = state(tmp_path, longer["steps"])

@@ -230,3 +230,17 @@ def test_two_ranks_resumed_with_dropout_equal_a_straight_two_rank_run(reference,
     assert len(state.rng) == 2 and not torch.equal(state.rng[0]["torch"], state.rng[1]["torch"])
     a, b = weights(straight, 4), weights(resumed, 4)
     assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_two_ranks_plan_one_cool_down_under_a_time_budget(reference, tmp_path):
+    """train.cooldown under torchrun: each rank reads its own clock, yet all plan at one step, with one plan."""
+    recipe, _ = reference
+    out = tmp_path / "cool"
+    proc = torchrun(recipe, out, "--train.max_steps=100000", "--train.max_minutes=0.15", "--train.cooldown=0.5",
+                    "--train.save_every=5")
+    text, _ = proc.communicate(timeout=240)
+    assert proc.returncode == 0, text
+    assert text.count("the time budget holds about") == 1, text  # planned once (rank 0 logs)
+    last = max(int(p.name.split("-")[1]) for p in (out / "checkpoints").glob("step-*"))
+    state = load_state(out / "checkpoints" / f"step-{last}")
+    assert state.planned_steps > 10 and state.planned_minutes == 0.15

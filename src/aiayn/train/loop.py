@@ -38,7 +38,7 @@ from .checkpoint import Checkpoints, TrainState, average_checkpoints, checkpoint
 from .flops import train_flops
 from .interrupt import deferred_sigint
 from .loss import label_smoothed_nll
-from .schedule import PLAN_AFTER, plan_steps, rate
+from .schedule import MIN_PLAN_STEPS, PLAN_AFTER, plan_steps, rate, shortest_run
 from .validate import sacrebleu_score, translate_texts, validation_loss
 
 Log = Callable[[str], None]
@@ -193,9 +193,9 @@ def _train(recipe: Recipe, out: Path, init: str | Path | None, log: Log) -> dict
     bar = progress.ProgressBar(cfg, state.step, state.elapsed, stream.epochs_done, disable=not main)  # nearest limit
     saved_at, began, tokens_before = state.step, time.perf_counter() - state.elapsed, state.tokens
     started = time.perf_counter()  # this process's start: tokens/s counts what it trained (save moves state.elapsed)
-    if state.planned_minutes != cfg.max_minutes:  # a new time budget (or none): the cool-down is planned anew
-        state.planned_steps, state.planned_minutes = 0, 0.0
-    first_step = state.step  # this process's first step: the speed that plans the cool-down counts from here
+    if state.planned_minutes != cfg.max_minutes or not cfg.cooldown:  # a new time budget, or none, or no cool-down:
+        state.planned_steps, state.planned_minutes = 0, 0.0  # the cool-down is planned anew (or not at all)
+    clock = None  # (time, step) at the end of this process's first step: the speed that plans the cool-down
     model.train()
     with deferred_sigint() as ctrl_c, bar:  # Ctrl-C stops at the next step boundary; the bar closes on errors too
         while not distributed.any_rank(ctrl_c.requested or stop(recipe, state.step, time.perf_counter() - began,
@@ -231,7 +231,10 @@ def _train(recipe: Recipe, out: Path, init: str | Path | None, log: Log) -> dict
             state.step += 1
             faults.point("train.after-step")
             if cfg.cooldown and cfg.max_minutes:  # a time budget: how many steps it holds, until the cool-down begins
-                plan_cooldown(cfg, state, began, started, first_step, device, log)
+                if clock is None:  # the first step (allocation, compilation) does not count toward the speed
+                    clock = (time.perf_counter(), state.step)
+                else:
+                    plan_cooldown(cfg, state, began, clock, device, log)
             # 4. log, evaluate and checkpoint at intervals
             n_src = distributed.all_reduce_sum(sum(b.n_src for b in batches), device)  # real source tokens
             step_loss = distributed.all_reduce_sum(loss_sum, device) / n_tokens  # all ranks' loss per target token
@@ -292,26 +295,34 @@ def stop(recipe: Recipe, step: int, seconds: float, epochs: float, planned_steps
 
 
 def run_steps(cfg: TrainConfig, state: TrainState) -> int:
-    """The run's length in steps for the cool-down: planned for a time budget (0 until then), else max_steps."""
-    return state.planned_steps if cfg.max_minutes else cfg.max_steps
+    """The run's length in steps for the cool-down: max_steps, or fewer where a time budget's plan says so."""
+    return min(state.planned_steps or cfg.max_steps, cfg.max_steps)
 
 
-def plan_cooldown(cfg: TrainConfig, state: TrainState, began: float, started: float, first_step: int,
+def plan_cooldown(cfg: TrainConfig, state: TrainState, began: float, clock: tuple[float, int],
                   device: torch.device, log: Log) -> None:
-    """The steps the time budget holds, at this process's speed so far: planned once PLAN_AFTER of the budget has
-    passed, planned again at each checkpoint until the cool-down begins (eq. (3) alone until then, so a new plan
-    changes no rate already used), then kept. The ranks' mean, so every rank has the same plan."""
-    planned, now = state.planned_steps, time.perf_counter()
-    if planned and state.step > planned - round(cfg.cooldown * planned):  # cooling down: the plan stands
+    """The steps the time budget holds, at this process's speed since `clock` (time, step): planned once
+    PLAN_AFTER of the budget and MIN_PLAN_STEPS steps have passed, planned again at each checkpoint until the
+    cool-down begins, then kept. A new plan never puts a step already taken inside the cool-down (those steps had
+    eq. (3)'s rate), and it is the ranks' mean, so every rank has the same plan; the budget still ends the run
+    if it comes first."""
+    total = run_steps(cfg, state)
+    if state.step > total - round(cfg.cooldown * total):  # cooling down: the plan stands
         return
+    planned, now = state.planned_steps, time.perf_counter()
+    since, from_step = clock
     left = cfg.max_minutes * 60 - (now - began)
-    due = (not planned and now - started >= min(PLAN_AFTER * cfg.max_minutes * 60, left / 2)) or (
-        planned and cfg.save_every and state.step % cfg.save_every == 0)
+    if planned:  # a step count, the same on every rank
+        due = bool(cfg.save_every) and state.step % cfg.save_every == 0
+    else:  # each rank reads its own clock: all plan at the step where any is due
+        due = distributed.any_rank(state.step - from_step >= MIN_PLAN_STEPS and
+                                   now - since >= min(PLAN_AFTER * cfg.max_minutes * 60, left / 2), device)
     if not due:
         return
-    steps = plan_steps(state.step - first_step, now - started, left + (now - started), cfg.max_steps - first_step)
+    steps = plan_steps(state.step - from_step, now - since, left + (now - since), cfg.max_steps - from_step)
     steps = round(distributed.all_reduce_sum(steps, device) / distributed.world_size())
-    state.planned_steps, state.planned_minutes = first_step + steps, cfg.max_minutes
+    state.planned_steps = max(from_step + steps, shortest_run(state.step, cfg.cooldown))
+    state.planned_minutes = cfg.max_minutes
     if not planned:
         log(f"the time budget holds about {state.planned_steps:,} steps at this speed (planned again at each "
             f"checkpoint): the rate falls to 0 over the last {cfg.cooldown:.0%} of them (train.cooldown)")

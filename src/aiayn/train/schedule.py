@@ -6,8 +6,9 @@ fixed length can instead end with the rate falling linearly to zero over its las
 "cool-down"; not in the paper): `cooldown` is that share of the run's steps. With a time budget
 (train.max_minutes) the number of steps that fit is planned from the run's speed (`plan_steps`):
 first after PLAN_AFTER of the budget, then again at each checkpoint until the cool-down begins
-(the rate is eq. (3)'s until then, whatever the plan), and kept in the checkpoints, so a resumed
-run goes on with it. The run ends at the planned step, or at the budget if that comes first.
+(the rate is eq. (3)'s until then, whatever the plan; a new plan never begins the cool-down before
+the step it is made at, `shortest_run`), and kept in the checkpoints, so a resumed run goes on with
+it. The run ends at the planned step, or at the budget if that comes first.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 import math
 
 PLAN_AFTER = 0.05  # a time-limited run plans its steps once this share of the budget has passed
+MIN_PLAN_STEPS = 10  # and this many steps after the process's first
 PLAN_MARGIN = 0.02  # and plans for this much less time than is left, for the speed to vary
 
 
@@ -45,3 +47,11 @@ def plan_steps(step: int, seconds: float, budget_seconds: float, max_steps: int)
     """The steps a time budget holds at the speed so far (step steps in seconds), less PLAN_MARGIN; at most max_steps."""
     planned = math.floor(step * budget_seconds * (1 - PLAN_MARGIN) / max(seconds, 1e-9))
     return max(step, min(planned, max_steps))
+
+
+def shortest_run(step: int, cooldown: float) -> int:
+    """The fewest steps N whose cool-down (the last round(cooldown x N)) begins after `step`."""
+    n = max(step, math.ceil((step - 0.5) / (1 - cooldown)) - 1)  # below the answer: n - round(c n) >= step needs n >= that
+    while n - round(cooldown * n) < step:
+        n += 1
+    return n
