@@ -125,4 +125,7 @@ def test_a_time_budget_plans_its_steps_keeps_them_and_ends_on_them(tmp_path, mon
     # a longer budget plans anew from the step it resumes at
     longer = tiny(tmp_path, "--train.max_steps=100000", "--train.max_minutes=0.2", "--train.cooldown=0.5")
     replanned = state(tmp_path, longer["steps"])
-    assert replanned["planned_minutes"] == 0.2 and replanned["planned_steps"] == longer["steps"] > planned
+    assert replanned["planned_minutes"] == 0.2 and replanned["planned_steps"] > planned and longer["steps"] > planned
+    # it ends on the new plan or at the budget, whichever comes first (a plan never reaches back into steps
+    # taken, so one made soon after the resume can hold more steps than the budget has time for)
+    assert longer["steps"] <= replanned["planned_steps"]
