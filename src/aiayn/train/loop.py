@@ -38,7 +38,7 @@ from .checkpoint import Checkpoints, TrainState, average_checkpoints, checkpoint
 from .flops import train_flops
 from .interrupt import deferred_sigint
 from .loss import label_smoothed_nll
-from .schedule import MIN_PLAN_STEPS, PLAN_AFTER, plan_steps, rate, shortest_run
+from .schedule import MIN_PLAN_STEPS, PLAN_AFTER, cooldown_begins, plan_steps, rate, shortest_run
 from .validate import sacrebleu_score, translate_texts, validation_loss
 
 Log = Callable[[str], None]
@@ -307,7 +307,7 @@ def plan_cooldown(cfg: TrainConfig, state: TrainState, began: float, clock: tupl
     eq. (3)'s rate), and it is the ranks' mean, so every rank has the same plan; the budget still ends the run
     if it comes first."""
     total = run_steps(cfg, state)
-    if state.step > total - round(cfg.cooldown * total):  # cooling down: the plan stands
+    if state.step > cooldown_begins(total, cfg.cooldown):  # cooling down: the plan stands
         return
     planned, now = state.planned_steps, time.perf_counter()
     since, from_step = clock

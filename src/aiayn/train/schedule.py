@@ -35,12 +35,17 @@ def rate(step: int, d_model: int, warmup_steps: int = 4000, factor: float = 1.0,
     return lr * cooldown_factor(step, total_steps, cooldown)
 
 
+def cooldown_begins(total_steps: int, cooldown: float) -> int:
+    """The last step before the cool-down of a run of total_steps: total_steps less round(cooldown x total_steps)."""
+    return total_steps - round(cooldown * total_steps)
+
+
 def cooldown_factor(step: int, total_steps: int, cooldown: float) -> float:
     """1 before the cool-down; (total_steps - step + 1) / (n + 1) within its last n steps."""
-    n = round(cooldown * total_steps) if total_steps > 0 else 0
-    if n <= 0 or step <= total_steps - n:
+    begins = cooldown_begins(total_steps, cooldown) if total_steps > 0 else total_steps
+    if begins == total_steps or step <= begins:
         return 1.0
-    return max(total_steps - step + 1, 0) / (n + 1)
+    return max(total_steps - step + 1, 0) / (total_steps - begins + 1)
 
 
 def plan_steps(step: int, seconds: float, budget_seconds: float, max_steps: int) -> int:
@@ -52,6 +57,6 @@ def plan_steps(step: int, seconds: float, budget_seconds: float, max_steps: int)
 def shortest_run(step: int, cooldown: float) -> int:
     """The fewest steps N whose cool-down (the last round(cooldown x N)) begins after `step`."""
     n = max(step, math.ceil((step - 0.5) / (1 - cooldown)) - 1)  # below the answer: n - round(c n) >= step needs n >= that
-    while n - round(cooldown * n) < step:
+    while cooldown_begins(n, cooldown) < step:
         n += 1
     return n
