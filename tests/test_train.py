@@ -165,12 +165,19 @@ def tiny_recipe(*overrides: str):
 
 
 def test_tiny_run_learns_and_writes_a_model_directory(tmp_path):
-    results = train(tiny_recipe("--train.max_steps=40", "--train.eval_every=40"), tmp_path, log=lambda _: None)
+    results = train(tiny_recipe("--train.max_steps=40", "--train.eval_every=40", "--train.alpha=0.9"), tmp_path,
+                    log=lambda _: None)
     assert results["steps"] == 40
     assert {p.name for p in (tmp_path / "checkpoints").iterdir()} == {"step-20", "step-40"}
     model = load_model(tmp_path / "model")
     vocab = Vocab.load(tmp_path / "model" / "spm.model")
     assert vocab.proto == (tmp_path / "spm.model").read_bytes()
+    # the recipe's search is the model's default (tiny.yaml: greedy), and an option still overrides it
+    from aiayn.decode.translate import Translator
+
+    translator = Translator.load(tmp_path / "model", gemm="mkl")
+    assert (translator.config.beam_size, translator.config.alpha) == (1, 0.9)
+    assert translator.decode_config(beam_size=4).beam_size == 4
     # learning: the validation loss after 40 steps is well below that of the untrained model
     from aiayn.train.validate import validation_loss
     from aiayn.train.loop import load_split

@@ -30,7 +30,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--target-lang", help="the model's target language, likewise")
     parser.add_argument("--no-batching", action="store_true", help="run one request at a time (for the benchmark)")
     parser.add_argument("--beam-size", "-b", type=int, help="default beam width (default: the model's, else 4)")
-    parser.add_argument("--alpha", type=float, help="default length penalty alpha (default 0.6)")
+    parser.add_argument("--alpha", type=float, help="default length penalty alpha (default: the model's, else 0.6)")
     parser.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, ...")
     parser.add_argument("--int8", action="store_true", help="int8 weights for the linear layers (CPU)")
     limits = parser.add_argument_group("limits")

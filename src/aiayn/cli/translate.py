@@ -34,7 +34,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def add_search_arguments(parser: argparse.ArgumentParser) -> None:
     """Options shared with `aiayn evaluate`: search, batching, device."""
     parser.add_argument("--beam-size", "-b", type=at_least(1), help="beam width (default: the model's, else 4); 1 = greedy")
-    parser.add_argument("--alpha", type=number(), help="length penalty alpha (default 0.6, GNMT)")
+    parser.add_argument("--alpha", type=number(), help="length penalty alpha (default: the model's, else 0.6; GNMT)")
     parser.add_argument("--length-penalty", choices=["gnmt", "power"], help="((5+|Y|)/6)^alpha or |Y|^alpha")
     parser.add_argument("--max-len", type=at_least(1), help="longest output in tokens (besides input length + 50)")
     parser.add_argument("--sample", action="store_true", default=None, help="sample instead of searching")

@@ -66,6 +66,7 @@ class Checkpoints:
     stream: BatchStream  # the data position
     scaler: torch.amp.GradScaler | None  # fp16's loss scale
     keep: int  # the last K are kept; 0 = all
+    decode: dict[str, Any] = field(default_factory=dict)  # the recipe's search (beam_size, alpha): the model's defaults
 
     def latest(self) -> Path | None:
         return latest_checkpoint(self.directory)
@@ -76,7 +77,8 @@ class Checkpoints:
         state.rng = all_rng_states()
         state.scaler = self.scaler.state_dict() if self.scaler is not None else {}  # {} unless fp16
         if distributed.is_main():
-            save_checkpoint(self.directory, self.model, self.vocab_proto, self.optimizer.state_dict(), state, self.keep)
+            save_checkpoint(self.directory, self.model, self.vocab_proto, self.optimizer.state_dict(), state, self.keep,
+                            self.decode)
         distributed.barrier()
 
     def resume(self, checkpoint: Path, device: torch.device, seed: int) -> TrainState:
@@ -114,13 +116,17 @@ def latest_checkpoint(directory: Path) -> Path | None:
 
 
 def save_checkpoint(directory: Path, model: Transformer, vocab_proto: bytes | None, optimizer_state: dict,
-                    state: TrainState, keep: int) -> Path:
-    """Write checkpoints/step-N atomically (temporary directory, then rename); keep the last `keep`."""
+                    state: TrainState, keep: int, decode: dict[str, Any] | None = None) -> Path:
+    """Write checkpoints/step-N atomically (temporary directory, then rename); keep the last `keep`.
+
+    decode: the search settings written into config.json, which `Translator.load` takes as the
+    model's defaults (the averaged model copies the last checkpoint's config.json).
+    """
     directory.mkdir(parents=True, exist_ok=True)
     final, tmp = directory / f"step-{state.step}", directory / f".tmp-step-{state.step}"
     shutil.rmtree(tmp, ignore_errors=True)
     try:
-        save_model(model, tmp, vocab_proto)
+        save_model(model, tmp, vocab_proto, **({"decode": decode} if decode else {}))
         faults.point("checkpoint.after-model")
         plain, tensors = _split(optimizer_state, state)
         save_file(tensors, str(tmp / TENSORS))

@@ -174,7 +174,7 @@ def _train(recipe: Recipe, out: Path, init: str | Path | None, log: Log) -> dict
     scaler = precision.grad_scaler(device, dtype)  # active for fp16 only
     kernels.attention_kernel(cfg.attention, device)  # a bad name fails here, before the first step
     checkpoints = Checkpoints(out / "checkpoints", model, start.vocab_proto, optimizer, stream, scaler,
-                              cfg.keep_checkpoints)
+                              cfg.keep_checkpoints, {"beam_size": cfg.beam_size, "alpha": cfg.alpha})
     if (last := checkpoints.latest()) is not None:
         state = checkpoints.resume(last, device, cfg.seed)
         log(f"resumed from {last} (step {state.step:,}, {state.elapsed / 60:.1f} min, epoch {stream.epoch})")
