@@ -1,6 +1,6 @@
 """Quality at a fixed budget: a Multi30k recipe trained for 30 and then 60 minutes of wall clock.
 
-    .venv/bin/python benchmarks/multi30k.py --out runs/bench-multi30k --report multi30k.md
+    .venv/bin/python benchmarks/multi30k.py --out runs/bench-multi30k     # the table: runs/bench-multi30k/report.md
     .venv/bin/python benchmarks/multi30k.py --recipe recipes/multi30k-en-fr.yaml --out runs/m30k-fr --minutes 60
 
 After 30 minutes of training the run stops, averages its last checkpoints, decodes
@@ -50,7 +50,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--recipe", default="recipes/multi30k-en-de.yaml")
     parser.add_argument("--out", default="runs/bench-multi30k")
-    parser.add_argument("--report", default="multi30k-benchmark.md")
+    parser.add_argument("--report", help="the table's Markdown file (default: OUT/report.md)")
     parser.add_argument("--minutes", type=float, nargs="+", default=[30, 60])
     args = parser.parse_args()
     torch.set_num_threads(2)
@@ -70,7 +70,7 @@ def main() -> None:
         rows.append(dict(results, budget_minutes=minutes, decoder=decoder, wall_s=time.perf_counter() - began,
                          peak_rss_mib=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
                          mean_load=sum(loads) / max(len(loads), 1)))
-        write_report(Path(args.report), rows, loads, recipe.data.src_lang, recipe.data.tgt_lang)
+        write_report(Path(args.report or Path(args.out) / "report.md"), rows, loads, recipe.data.src_lang, recipe.data.tgt_lang)
     stop.set()
 
 
@@ -97,7 +97,9 @@ def write_report(path: Path, rows: list[dict], loads: list[float], src: str = "e
               f"load average samples (1 min, every 30 s; 2 cores): min {min(loads, default=0):.2f}, "
               f"max {max(loads, default=0):.2f}, mean {rows[-1]['mean_load']:.2f} (this run alone holds about 2)", "",
               "```json", json.dumps(rows, indent=2), "```", ""]
-    path.write_text("\n".join(lines))
+    from aiayn.io import write_atomic
+
+    write_atomic(path, "\n".join(lines).encode())  # whole or not at all
     print("\n".join(lines[:4 + len(rows)]))
 
 
