@@ -160,6 +160,24 @@ def test_average_is_the_elementwise_mean(tmp_path):
     assert set(load_file(str(tmp_path / "avg" / "model.safetensors"))) == set(load_file(str(dirs[0] / "model.safetensors")))
 
 
+
+def test_average_leaves_out_a_checkpoint_saved_just_before_the_stop(tmp_path):
+    """A run stopped on time saves a few steps after its last periodic checkpoint: both would be nearly one."""
+    from aiayn.train.checkpoint import STATE, checkpoints_to_average
+
+    for step in (3200, 3300, 3400, 3500, 3503):
+        (tmp_path / f"step-{step}").mkdir()
+        (tmp_path / f"step-{step}" / STATE).write_text("{}")
+    steps = lambda paths: [int(p.name[5:]) for p in paths]  # noqa: E731
+    assert steps(checkpoints_to_average(tmp_path, 3, save_every=100)) == [3300, 3400, 3503]
+    assert steps(checkpoints_to_average(tmp_path, 3)) == [3300, 3400, 3503]  # the interval inferred: 100
+    assert steps(checkpoints_to_average(tmp_path, 9, save_every=100)) == [3200, 3300, 3400, 3503]
+    assert steps(checkpoints_to_average(tmp_path, 1, save_every=100)) == [3503]
+    assert steps(checkpoints_to_average(tmp_path, 3, save_every=0)) == [3400, 3500, 3503]  # no interval: all count
+    (tmp_path / "step-3553").mkdir()  # Ctrl-C after a resume, at 3553: half an interval on from 3503 counts
+    (tmp_path / "step-3553" / STATE).write_text("{}")
+    assert steps(checkpoints_to_average(tmp_path, 2, save_every=100)) == [3503, 3553]
+
 def tiny_recipe(*overrides: str):
     return load_recipe(REPO / "recipes" / "tiny.yaml", [f"--data.train={VAL}", f"--data.valid={VAL}", *overrides])
 

@@ -15,13 +15,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..train.checkpoint import average_checkpoints, checkpoint_steps
+    from ..train.checkpoint import average_checkpoints, checkpoints_to_average
     from .convert import check_output
 
     directories: list[Path] = []
     for item in map(Path, args.inputs):
         if (item / "checkpoints").is_dir():
-            directories += [p for _, p in checkpoint_steps(item / "checkpoints")][-args.last:]
+            directories += checkpoints_to_average(item / "checkpoints", args.last)  # near-duplicates left out
         elif (item / "model.safetensors").is_file():
             directories.append(item)
         else:
