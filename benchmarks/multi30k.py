@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/multi30k.py --out runs/bench-multi30k     # the table: runs/bench-multi30k/report.md
     .venv/bin/python benchmarks/multi30k.py --recipe recipes/multi30k-en-fr.yaml --out runs/m30k-fr --minutes 60
+    .venv/bin/python benchmarks/multi30k.py --out runs/seed3 --minutes 60 --set train.seed=3   # another seed
 
 After 30 minutes of training the run stops, averages its last checkpoints, decodes
 test_2016_flickr and scores it (sacreBLEU, cased, detokenised, with its signature); then the
@@ -52,6 +53,8 @@ def main() -> None:
     parser.add_argument("--out", default="runs/bench-multi30k")
     parser.add_argument("--report", help="the table's Markdown file (default: OUT/report.md)")
     parser.add_argument("--minutes", type=float, nargs="+", default=[30, 60])
+    parser.add_argument("--set", nargs="+", default=[], metavar="SECTION.FIELD=VALUE",
+                        help="recipe overrides, as aiayn train takes them: --set train.seed=3 model.p_drop=0.15")
     args = parser.parse_args()
     torch.set_num_threads(2)
     loads: list[float] = []
@@ -59,7 +62,8 @@ def main() -> None:
     threading.Thread(target=load_sampler, args=(loads, stop), daemon=True).start()
     rows = []
     for minutes in args.minutes:
-        recipe = load_recipe(args.recipe, [f"--train.max_minutes={minutes}", "--train.threads=2"])
+        overrides = [f"--{item.removeprefix('--')}" for item in args.set]
+        recipe = load_recipe(args.recipe, [*overrides, f"--train.max_minutes={minutes}", "--train.threads=2"])
         decoder = decoder_name()
         began = time.perf_counter()
         # A recipe that cools down plans its steps for one budget and ends with the rate near zero: each budget is a
@@ -67,7 +71,8 @@ def main() -> None:
         out = Path(args.out) / f"{minutes:g}min" if recipe.train.cooldown else Path(args.out)
         results = train(recipe, out)
         shutil.copytree(out / "model", Path(args.out) / f"model-{minutes:g}min", dirs_exist_ok=True)
-        rows.append(dict(results, budget_minutes=minutes, decoder=decoder, wall_s=time.perf_counter() - began,
+        rows.append(dict(results, budget_minutes=minutes, recipe=args.recipe, overrides=args.set, decoder=decoder,
+                         wall_s=time.perf_counter() - began,
                          peak_rss_mib=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
                          mean_load=sum(loads) / max(len(loads), 1)))
         write_report(Path(args.report or Path(args.out) / "report.md"), rows, loads, recipe.data.src_lang, recipe.data.tgt_lang)
