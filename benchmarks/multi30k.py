@@ -7,6 +7,8 @@
 After 30 minutes of training the run stops, averages its last checkpoints, decodes
 test_2016_flickr and scores it (sacreBLEU, cased, detokenised, with its signature); then the
 same command resumes exactly where it stopped and trains to 60 minutes, and scores again.
+Each budget's model is also scored on the validation set (the recipe's data.valid, its beam and
+alpha): choose between recipes on that column, never on test (issue 17).
 `--minutes 15 30 60 120` gives the curve; a later, longer budget on the same folder resumes it.
 A recipe with a cool-down (train.cooldown, which plans its steps for one budget) trains each
 budget as a run of its own, in OUT/15min, OUT/30min, ...
@@ -71,12 +73,29 @@ def main() -> None:
         out = Path(args.out) / f"{minutes:g}min" if recipe.train.cooldown else Path(args.out)
         results = train(recipe, out)
         shutil.copytree(out / "model", Path(args.out) / f"model-{minutes:g}min", dirs_exist_ok=True)
-        rows.append(dict(results, budget_minutes=minutes, recipe=args.recipe, overrides=args.set, decoder=decoder,
+        valid_bleu = validation_bleu(out / "model", recipe)
+        rows.append(dict(results, valid_bleu=valid_bleu, budget_minutes=minutes, recipe=args.recipe, overrides=args.set, decoder=decoder,
                          wall_s=time.perf_counter() - began,
                          peak_rss_mib=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
                          mean_load=sum(loads) / max(len(loads), 1)))
         write_report(Path(args.report or Path(args.out) / "report.md"), rows, loads, recipe.data.src_lang, recipe.data.tgt_lang)
     stop.set()
+
+
+def validation_bleu(model_dir: Path, recipe) -> float | None:
+    """sacreBLEU of the run's final model on the recipe's validation set, decoded as the test set is."""
+    from aiayn.data.corpus import find_file, read_parallel
+    from aiayn.decode.translate import Translator
+    from aiayn.train.validate import sacrebleu_score
+
+    d = recipe.data
+    if not d.valid:
+        return None
+    src, ref = read_parallel(find_file(d.valid, d.src_lang), find_file(d.valid, d.tgt_lang))
+    translator = Translator.load(model_dir, beam_size=recipe.train.beam_size, alpha=recipe.train.alpha)
+    bleu, _ = sacrebleu_score(translator.translate(src), ref)
+    print(f"valid BLEU {bleu:.2f} on {len(src):,} sentences of {d.valid}")
+    return bleu
 
 
 def write_report(path: Path, rows: list[dict], loads: list[float], src: str = "en", tgt: str = "de") -> None:
@@ -85,15 +104,16 @@ def write_report(path: Path, rows: list[dict], loads: list[float], src: str = "e
     lines = [
         f"# Multi30k {src.capitalize()}-{tgt.capitalize()} at a fixed wall-clock budget, 2 threads",
         "",
-        "| training minutes | steps | epochs | test BLEU | "
+        "| training minutes | steps | epochs | valid BLEU | test BLEU | "
         + (f"vs fairseq 60 min ({FAIRSEQ_60_MIN_BLEU}) | " if peer else "")
         + "tokens/s (src+tgt) | peak RSS MiB | decoder | mean load |",
-        "| --- " * (9 if peer else 8) + "|",
+        "| --- " * (10 if peer else 9) + "|",
     ]
     for r in rows:
         bleu = r.get("test_bleu", float("nan"))
+        valid = r.get("valid_bleu")
         lines.append(
-            f"| {r['minutes']:.1f} | {r['steps']:,} | {r['epoch'] - 1} | {bleu:.2f} | "
+            f"| {r['minutes']:.1f} | {r['steps']:,} | {r['epoch'] - 1} | {'-' if valid is None else f'{valid:.2f}'} | {bleu:.2f} | "
             + (f"{bleu - FAIRSEQ_60_MIN_BLEU:+.2f} | " if peer else "")
             + f"{r['tokens_per_s']:,.0f} | {r['peak_rss_mib']:,.0f} | {r['decoder']} | {r['mean_load']:.2f} |"
         )
