@@ -74,7 +74,8 @@ def main() -> None:
         results = train(recipe, out)
         shutil.copytree(out / "model", Path(args.out) / f"model-{minutes:g}min", dirs_exist_ok=True)
         valid_bleu = validation_bleu(out / "model", recipe)
-        rows.append(dict(results, valid_bleu=valid_bleu, budget_minutes=minutes, recipe=args.recipe, overrides=args.set, decoder=decoder,
+        rows.append(dict(results, valid_bleu=valid_bleu, budget_minutes=minutes, recipe=args.recipe,
+                         overrides=args.set, decoder=decoder,
                          wall_s=time.perf_counter() - began,
                          peak_rss_mib=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
                          mean_load=sum(loads) / max(len(loads), 1)))
@@ -111,9 +112,9 @@ def write_report(path: Path, rows: list[dict], loads: list[float], src: str = "e
     ]
     for r in rows:
         bleu = r.get("test_bleu", float("nan"))
-        valid = r.get("valid_bleu")
+        valid = "-" if r.get("valid_bleu") is None else f"{r['valid_bleu']:.2f}"
         lines.append(
-            f"| {r['minutes']:.1f} | {r['steps']:,} | {r['epoch'] - 1} | {'-' if valid is None else f'{valid:.2f}'} | {bleu:.2f} | "
+            f"| {r['minutes']:.1f} | {r['steps']:,} | {r['epoch'] - 1} | {valid} | {bleu:.2f} | "
             + (f"{bleu - FAIRSEQ_60_MIN_BLEU:+.2f} | " if peer else "")
             + f"{r['tokens_per_s']:,.0f} | {r['peak_rss_mib']:,.0f} | {r['decoder']} | {r['mean_load']:.2f} |"
         )
