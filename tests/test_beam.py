@@ -194,6 +194,23 @@ def test_sampling_top_k_one_is_greedy_and_sampling_is_seeded():
     assert draw(7) == draw(7) and draw(7) != draw(8)
 
 
+
+def test_sampling_forces_eos_at_the_limit_as_greedy_search_does():
+    """With forced_eos (opus-mt's), a sample that reaches its length limit ends in </s> there; without, it is cut."""
+    model, src = tiny_model(), random_source(5)
+    with torch.no_grad():
+        model.logits_bias[model.config.eos_id] = -30.0  # </s> is never drawn on its own
+    eos = model.config.eos_id
+    for forced in (True, False):
+        config = DecodeConfig(sample=True, temperature=1.5, extra_len=2, forced_eos=forced)
+        drawn = [h[0].tokens for h in sample(model, src, config, torch.Generator().manual_seed(3))]
+        limits = (src != model.config.pad_id).sum(dim=1) + 2
+        assert [len(t) for t in drawn] == limits.tolist()
+        assert all((t[-1] == eos) == forced for t in drawn) and all(eos not in t[:-1] for t in drawn)
+        greedy = greedy_hypotheses(model, src, config.replace(sample=False))
+        top1 = sample(model, src, config.replace(temperature=1.0, top_k=1))
+        assert [h[0].tokens for h in top1] == [g[0].tokens for g in greedy]
+
 def all_hypotheses(table: int, limit: int, alpha: float) -> list[tuple[list[int], float]]:
     """Every hypothesis of TABLES[table] up to `limit` tokens (ending at </s> or cut at the limit), best first."""
     out, todo = [], [([], 0.0)]

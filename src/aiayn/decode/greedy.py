@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Callable
+
 import torch
 from torch import Tensor
 
@@ -22,7 +24,7 @@ def greedy_search(model: Transformer, src: Tensor, max_len: int | Tensor | None 
         limits = output_limits(src, step.pad_id, extra, step.max_len)
     else:
         limits = torch.full((src.size(0),), int(max_len), device=src.device)
-    hyps = _greedy(step, src, limits)
+    hyps = one_path(step, src, limits, argmax)
     out = torch.full((src.size(0), int(limits.max())), step.pad_id, dtype=torch.long)
     for i, h in enumerate(hyps):
         out[i, : len(h.tokens)] = torch.tensor(h.tokens, dtype=torch.long)
@@ -33,13 +35,29 @@ def greedy_search(model: Transformer, src: Tensor, max_len: int | Tensor | None 
 def greedy_hypotheses(model: Transformer | StepModel, src: Tensor, config: DecodeConfig = DecodeConfig()) -> list[list[Hypothesis]]:
     """Greedy search with beam_search's limits and result type: one hypothesis per sentence."""
     step = as_step_model(model)
-    hyps = _greedy(step, src, search_limits(step, src, config), config.forced_eos)
+    hyps = one_path(step, src, search_limits(step, src, config), argmax, config.forced_eos)
+    return scored(hyps, config)
+
+
+def argmax(log_probs: Tensor) -> tuple[Tensor, Tensor]:
+    """(B', V) -> the best token's log-probability and the token, (B', 1) each."""
+    return top_k(log_probs, 1)  # faster than max() over a long vocabulary
+
+
+def scored(hyps: list[Hypothesis], config: DecodeConfig) -> list[list[Hypothesis]]:
+    """Each sentence's one hypothesis, its score the log-probability over the length penalty (as beam search ranks)."""
     lp = lambda n: length_penalty(config.alpha, float(n), config.length_penalty)  # noqa: E731
     return [[Hypothesis(h.tokens, h.log_prob / lp(len(h.tokens)), h.log_prob)] for h in hyps]
 
 
-def _greedy(step: StepModel, src: Tensor, limits: Tensor, forced_eos: bool = False) -> list[Hypothesis]:
-    """The argmax path of each sentence until </s> or its limit; finished sentences leave the batch."""
+def one_path(step: StepModel, src: Tensor, limits: Tensor,
+             choose: Callable[[Tensor], tuple[Tensor, Tensor]], forced_eos: bool = False) -> list[Hypothesis]:
+    """One output per sentence of src (B, S), each token picked by choose(log_probs) until </s> or its limit.
+
+    choose maps the step's (B', V) log-probabilities to the picked tokens' log-probabilities and the
+    tokens, (B', 1) each: `argmax` for greedy search, a draw for sampling. Finished sentences leave
+    the batch; a hypothesis's log_prob sums the model's log-probabilities of its tokens.
+    """
     B = src.size(0)
     cache = step.start(src)
     tokens = torch.full((B, 1), step.bos_id, dtype=torch.long, device=src.device)  # (B', 1)
@@ -52,9 +70,9 @@ def _greedy(step: StepModel, src: Tensor, limits: Tensor, forced_eos: bool = Fal
         ban(log_probs, step)
         if forced_eos:
             force_eos(log_probs, t + 1 >= limits[alive], step.eos_id)
-        best, tokens = top_k(log_probs, 1)  # (B', 1) each; faster than max() over a long vocabulary
+        picked, tokens = choose(log_probs)  # (B', 1) each
         history[alive, t] = tokens[:, 0]
-        log_prob[alive] += best[:, 0]
+        log_prob[alive] += picked[:, 0]
         length[alive] = t + 1
         ended = (tokens[:, 0] == step.eos_id) | (t + 1 >= limits[alive])
         if ended.any():

@@ -13,8 +13,9 @@ from torch import Tensor
 
 from ..config import DecodeConfig
 from ..model import Transformer
-from .beam import Hypothesis, length_penalty
-from .step import StepModel, as_step_model, ban, drop_ended, search_limits
+from .beam import Hypothesis
+from .greedy import one_path, scored
+from .step import StepModel, as_step_model, search_limits
 
 
 def filter_log_probs(log_probs: Tensor, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0) -> Tensor:
@@ -40,27 +41,10 @@ def sample(
 ) -> list[list[Hypothesis]]:
     """One sampled translation of each sentence of src (B, S), scored by the (unfiltered) model."""
     step = as_step_model(model)
-    limits = search_limits(step, src, config)
-    B = src.size(0)
-    cache = step.start(src)
-    tokens = torch.full((B, 1), step.bos_id, dtype=torch.long, device=src.device)
-    alive = torch.arange(B, device=src.device)
-    out: list[list[int]] = [[] for _ in range(B)]
-    log_prob = [0.0] * B
-    for t in range(int(limits.max())):
-        log_probs, cache = step.step(tokens, cache)  # (B', V)
-        ban(log_probs, step)
+
+    def draw(log_probs: Tensor) -> tuple[Tensor, Tensor]:  # (B', V) -> (B', 1) each
         dist = filter_log_probs(log_probs, config.temperature, config.top_k, config.top_p).exp()
-        tokens = torch.multinomial(dist, 1, generator=generator)  # (B', 1)
-        chosen = log_probs.gather(1, tokens)[:, 0].tolist()
-        for row, (b, tok) in enumerate(zip(alive.tolist(), tokens[:, 0].tolist())):
-            out[b].append(tok)
-            log_prob[b] += chosen[row]
-        ended = (tokens[:, 0] == step.eos_id) | (t + 1 >= limits[alive])
-        if ended.any():
-            rest = drop_ended(ended, alive, tokens, cache)
-            if rest is None:
-                break
-            alive, tokens, cache = rest
-    lp = [length_penalty(config.alpha, float(len(o)), config.length_penalty) for o in out]
-    return [[Hypothesis(o, lp_sum / p, lp_sum)] for o, lp_sum, p in zip(out, log_prob, lp)]
+        tokens = torch.multinomial(dist, 1, generator=generator)
+        return log_probs.gather(1, tokens), tokens
+
+    return scored(one_path(step, src, search_limits(step, src, config), draw, config.forced_eos), config)
