@@ -194,7 +194,6 @@ def test_sampling_top_k_one_is_greedy_and_sampling_is_seeded():
     assert draw(7) == draw(7) and draw(7) != draw(8)
 
 
-
 def test_sampling_forces_eos_at_the_limit_as_greedy_search_does():
     """With forced_eos (opus-mt's), a sample that reaches its length limit ends in </s> there; without, it is cut."""
     model, src = tiny_model(), random_source(5)
@@ -210,6 +209,7 @@ def test_sampling_forces_eos_at_the_limit_as_greedy_search_does():
         greedy = greedy_hypotheses(model, src, config.replace(sample=False))
         top1 = sample(model, src, config.replace(temperature=1.0, top_k=1))
         assert [h[0].tokens for h in top1] == [g[0].tokens for g in greedy]
+
 
 def all_hypotheses(table: int, limit: int, alpha: float) -> list[tuple[list[int], float]]:
     """Every hypothesis of TABLES[table] up to `limit` tokens (ending at </s> or cut at the limit), best first."""
