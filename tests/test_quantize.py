@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import itertools
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -11,6 +14,7 @@ from aiayn.config import DecodeConfig, ModelConfig
 from aiayn.decode.beam import beam_search
 from aiayn.decode.quantize import Int8Embedding, Int8Vocabulary, quantize_int8
 from aiayn.decode.step import TransformerStep
+from aiayn.io import save_model
 from aiayn.model import Transformer
 
 
@@ -75,3 +79,39 @@ def test_int8_decoding_writes_the_logits_into_the_step_buffer():
         assert torch.equal(log_probs, logits.log_softmax(-1))
         hyps = beam_search(step, src, DecodeConfig(beam_size=3, max_len=8))
     assert len(hyps) == 2 and all(h and h[0].tokens for h in hyps)
+
+
+LOAD_AND_REPORT_PEAK = """
+import sys
+from pathlib import Path
+import torch
+from aiayn.config import ModelConfig
+from aiayn.decode.quantize import quantize_int8
+from aiayn.io import MappedReads, load_model
+from aiayn.model import Transformer
+
+def resident(field):
+    line = next(l for l in Path("/proc/self/status").read_text().splitlines() if l.startswith(field + ":"))
+    return int(line.split()[1]) * 1024
+
+torch.set_num_threads(1)
+quantize_int8(Transformer(ModelConfig.preset("tiny", vocab_size=100)).eval())  # code loaded before we count
+before = resident("VmRSS")
+maps = MappedReads()
+model = quantize_int8(load_model(sys.argv[1], read=maps.read), release=maps.release)
+maps.detach(model)
+print(resident("VmHWM") - before)
+"""
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads the peak from /proc (Linux)")
+def test_int8_loading_never_holds_the_float_vocabulary(tmp_path):
+    """The mapped vocabulary is quantised and given back a block at a time: loading peaks well below
+    the float32 matrix it reads (before, it held all of it, plus the int8 copy)."""
+    config = ModelConfig.preset("tiny", vocab_size=320_000)  # an 82 MB float32 matrix, 20 MB in int8
+    save_model(Transformer(config).eval(), tmp_path / "model")
+    done = subprocess.run([sys.executable, "-c", LOAD_AND_REPORT_PEAK, str(tmp_path / "model")],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    float_matrix = 320_000 * config.d_model * 4
+    assert int(done.stdout.split()[-1]) < 0.5 * float_matrix

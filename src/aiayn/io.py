@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import json
 import math
 import mmap
@@ -106,6 +107,26 @@ def _read_header(f, path: Path) -> tuple[int, dict, dict]:
     return 8 + size, header, metadata
 
 
+def trim_heap() -> None:
+    """Return the C heap's free memory to the system (glibc's malloc_trim; nothing elsewhere).
+
+    glibc keeps freed blocks of up to 32 MiB in the process once a block that size has been freed (its
+    mmap threshold rises), so a loader's temporaries would raise the resident memory for good.
+    """
+    if _malloc_trim is not None:
+        _malloc_trim(0)
+
+
+def _libc_malloc_trim() -> Callable[[int], int] | None:
+    try:
+        return ctypes.CDLL(None).malloc_trim  # the C library this process already has: nothing new is loaded
+    except (OSError, AttributeError):  # not glibc (musl, macOS, Windows)
+        return None
+
+
+_malloc_trim = _libc_malloc_trim()
+
+
 class MappedReads:
     """A reader whose tensors are views of memory-mapped files, so that only what is used is in memory.
 
@@ -149,10 +170,12 @@ class MappedReads:
         return any(first <= address < first + length for _, first, length in self.maps)
 
     def release(self) -> None:
-        """Give back the mapped pages read so far (a later read maps them again)."""
+        """Give back the mapped pages read so far (a later read maps them again), and the heap memory
+        freed since: the temporaries of quantising a layer would otherwise stay in the process."""
         for mapped, _, _ in self.maps:
             if hasattr(mapped, "madvise"):  # Linux, macOS; elsewhere the pages stay until the map goes
                 mapped.madvise(mmap.MADV_DONTNEED)
+        trim_heap()
 
     def detach(self, model: nn.Module) -> None:
         """Every parameter and buffer of model still in a mapped file copied into memory of its own."""

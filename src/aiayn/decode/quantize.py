@@ -27,7 +27,9 @@ from .projection import LogitsBuffer
 class Int8Vocabulary(nn.Module):
     """A (V, D) vocabulary matrix as int8 rows times a float scale per row (symmetric, max |w| -> 127)."""
 
-    def __init__(self, weight: Tensor, rows_at_once: int = 4096):
+    def __init__(self, weight: Tensor, rows_at_once: int = 1024, release: Callable[[], None] | None = None):
+        """weight (V, D) float; release, if given, is called after each block of rows_at_once rows (see
+        quantize_int8), so that a mapped matrix is never all in memory while it is quantised."""
         super().__init__()
         V, D = weight.shape
         self.register_buffer("weight", torch.empty(V, D, dtype=torch.int8))  # (V, D)
@@ -38,6 +40,8 @@ class Int8Vocabulary(nn.Module):
                 scale = block.abs().amax(dim=1).clamp(min=1e-12) / 127
                 self.weight[start : start + rows_at_once] = torch.round(block / scale[:, None]).to(torch.int8)
                 self.scale[start : start + rows_at_once] = scale
+                if release is not None:
+                    release()
 
     def rows(self, ids: Tensor) -> Tensor:
         """The float rows of ids (...) -> (..., D)."""
@@ -93,8 +97,9 @@ class Int8Projection(nn.Module):
 def quantize_int8(model: Transformer, release: Callable[[], None] | None = None) -> Transformer:
     """The model with int8 weights, in place (eval mode, CPU only); it can no longer be trained.
 
-    release, if given, is called after the vocabulary and after each layer, once their float weights
-    are no longer needed: `aiayn.io.MappedReads.release`, so that loading never holds them all.
+    release, if given, is called after each block of the vocabulary and after each linear layer, once
+    their float weights are no longer needed: `aiayn.io.MappedReads.release`, so that loading holds
+    at most one block or one layer's matrix in float32 besides the int8 weights.
     """
     if next(model.parameters()).device.type != "cpu":
         raise ValueError("int8 weights run on the CPU only")
@@ -104,30 +109,29 @@ def quantize_int8(model: Transformer, release: Callable[[], None] | None = None)
         embed = stack.embed
         if isinstance(embed, TokenEmbedding):
             if id(embed.weight) not in tables:
-                tables[id(embed.weight)] = Int8Vocabulary(embed.weight)
+                tables[id(embed.weight)] = Int8Vocabulary(embed.weight, release=release)
             stack.embed = Int8Embedding(tables[id(embed.weight)], embed.scale)
-    vocabulary = model.decoder.embed.vocabulary if model.config.tie_output else Int8Vocabulary(model.output_proj.matrix)
+    vocabulary = model.decoder.embed.vocabulary if model.config.tie_output else Int8Vocabulary(model.output_proj.matrix, release=release)
     model.output_proj = Int8Projection(vocabulary, model.logits_bias)
     model.logits_bias = None
-    if release is not None:
-        release()
     with warnings.catch_warnings():  # torch.ao's eager quantisation warns that it is deprecated
         warnings.simplefilter("ignore")
-        for layer in (*model.encoder.layers, *model.decoder.layers):  # a layer at a time: float freed as we go
-            _quantize_linears(layer)
-            if release is not None:
-                release()
+        for layer in (*model.encoder.layers, *model.decoder.layers):
+            _quantize_linears(layer, release)
     gc.collect()
     return model
 
 
-def _quantize_linears(module: nn.Module) -> None:
-    """Every nn.Linear inside module replaced by PyTorch's dynamic int8 linear, one scale per output row."""
+def _quantize_linears(module: nn.Module, release: Callable[[], None] | None) -> None:
+    """Every nn.Linear inside module replaced by PyTorch's dynamic int8 linear, one scale per output row;
+    release (if given) called after each, its float weights freed as we go."""
     for name, child in list(module.named_children()):
         if type(child) is nn.Linear:
             if child.bias is not None:  # the int8 layer keeps this very tensor: make it one of its own
                 child.bias = nn.Parameter(child.bias.detach().clone(), requires_grad=False)
             child.qconfig = torch.ao.quantization.per_channel_dynamic_qconfig
             setattr(module, name, torch.ao.nn.quantized.dynamic.Linear.from_float(child))
+            if release is not None:
+                release()
         else:
-            _quantize_linears(child)
+            _quantize_linears(child, release)

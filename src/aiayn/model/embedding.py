@@ -17,7 +17,6 @@ def sinusoid_table(max_len: int, d_model: int, layout: str = "interleaved") -> T
     layout "interleaved" is the paper's (sin and cos of one frequency side by side); "halves" puts
     all sines first and all cosines after, as Marian and tensor2tensor lay them out.
     """
-    # Computed on the CPU even while a model is built on the meta device (see TokenEmbedding).
     pos = torch.arange(max_len, dtype=torch.float64, device="cpu")[:, None]  # (L, 1)
     two_i = torch.arange(0, d_model, 2, dtype=torch.float64, device="cpu")  # (D/2,)
     angle = pos / 10000 ** (two_i / d_model)  # (L, D/2); wavelength of pair i is 2*pi*10000^(2i/D)
@@ -58,8 +57,12 @@ class Positions(nn.Module):
         if config.positions == "learned":
             self.table = nn.Parameter(torch.randn(config.max_len, config.d_model) * config.d_model**-0.5)
         else:  # a fixed buffer, not saved: it is a function of the config
-            table = sinusoid_table(config.max_len, config.d_model, config.sinusoid_layout)
-            self.register_buffer("table", table.to(torch.get_default_device()), persistent=False)
+            if torch.get_default_device().type == "meta":  # a skeleton: Transformer.from_state_dict fills it
+                table = torch.empty(config.max_len, config.d_model)
+            else:
+                table = sinusoid_table(config.max_len, config.d_model, config.sinusoid_layout)
+                table = table.to(torch.get_default_device())
+            self.register_buffer("table", table, persistent=False)
 
     def forward(self, length: int, offset: int = 0) -> Tensor:
         """Encodings of positions offset .. offset+length-1: (length, D)."""

@@ -116,9 +116,12 @@ class Transformer(nn.Module):
             model = cls(config)
         model.load_state_dict(state_dict, assign=True)
         device = next(iter(state_dict.values())).device
-        for module in model.modules():  # the sinusoid table is not saved: compute it for real
+        table = None  # the sinusoid table is not saved: computed once, and both stacks share it
+        for module in model.modules():
             if isinstance(module, Positions) and module.table.is_meta:
-                module.table = sinusoid_table(config.max_len, config.d_model, config.sinusoid_layout).to(device)
+                if table is None:
+                    table = sinusoid_table(config.max_len, config.d_model, config.sinusoid_layout).to(device)
+                module.table = table
         return model
 
     def _init_linear_weights(self) -> None:
