@@ -135,12 +135,12 @@ class MappedReads:
         ...                                             # use the weights; maps.release() now and then
         maps.detach(model)                              # copy what the model still holds out of the files
 
-    The int8 loader uses this (aiayn.decode.quantize): it quantises layer by layer and calls
-    `release()` after each, so the float32 weights are never all in memory at once. The maps are
-    private (copy-on-write): the files never change. `release()` gives back the pages read so far; a
-    later read maps the file's contents again (so changes written into a mapped tensor are dropped:
-    release only what nothing will read again). `detach` leaves the model with no tensor in a mapped
-    file, so that a file later changed on disk cannot reach it.
+    The int8 loader uses this (aiayn.decode.quantize): it quantises a block of the vocabulary or one
+    linear layer at a time and calls `release()` after each, so the float32 weights are never all in
+    memory at once. The maps are private (copy-on-write): the files never change. `release()` gives
+    back the pages read so far; a later read maps the file's contents again (so changes written into
+    a mapped tensor are dropped: release only what nothing will read again). `detach` leaves the
+    model with no tensor in a mapped file, so that a file later changed on disk cannot reach it.
     """
 
     def __init__(self) -> None:
