@@ -117,14 +117,10 @@ def trim_heap() -> None:
         _malloc_trim(0)
 
 
-def _libc_malloc_trim() -> Callable[[int], int] | None:
-    try:
-        return ctypes.CDLL(None).malloc_trim  # the C library this process already has: nothing new is loaded
-    except (OSError, AttributeError):  # not glibc (musl, macOS, Windows)
-        return None
-
-
-_malloc_trim = _libc_malloc_trim()
+try:
+    _malloc_trim = ctypes.CDLL(None).malloc_trim  # the C library this process already has: nothing new is loaded
+except (OSError, AttributeError):  # not glibc (musl, macOS, Windows)
+    _malloc_trim = None
 
 
 class MappedReads:
