@@ -59,3 +59,46 @@ def test_auto_measures_both_and_takes_the_faster(model_dir, monkeypatch):
     assert Translator.load(model_dir).gemm == "onednn"
     monkeypatch.setattr(backend, "measure", lambda config, rows, repeats=3: {"mkl": 1.0, "onednn": 2.0})
     assert Translator.load(model_dir).gemm == "mkl"
+
+
+PRODUCTS_OF_MANY_SHAPES = """
+import os
+from pathlib import Path
+import torch
+import aiayn
+from aiayn.decode.backend import onednn_linear
+
+def resident():
+    line = next(l for l in Path("/proc/self/status").read_text().splitlines() if l.startswith("VmRSS:"))
+    return int(line.split()[1]) * 1024
+
+torch.set_num_threads(1)
+weight, bias = torch.randn(512, 512), torch.randn(512)
+onednn_linear(torch.randn(1, 512), weight, bias)
+before = resident()
+with torch.inference_mode():
+    for rows in range(2, 152):  # a new shape each time, as source lengths and batch sizes make them
+        onednn_linear(torch.randn(rows, 512), weight, bias)
+print(os.environ["ONEDNN_PRIMITIVE_CACHE_CAPACITY"], os.environ["LRU_CACHE_CAPACITY"], resident() - before)
+"""
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads resident memory from /proc (Linux)")
+def test_onednn_keeps_a_bounded_number_of_compiled_products():
+    """Importing aiayn bounds oneDNN's two kernel caches, which otherwise keep 1,024 shapes each: a
+    process that meets 150 product shapes grows by less than half as much. A value the user set stays."""
+    import os
+    import subprocess
+    import sys
+
+    def run(**caches):
+        env = {k: v for k, v in os.environ.items() if k not in ("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "LRU_CACHE_CAPACITY")}
+        done = subprocess.run([sys.executable, "-c", PRODUCTS_OF_MANY_SHAPES], capture_output=True, text=True,
+                              timeout=300, env={**env, **caches})
+        assert done.returncode == 0, done.stderr
+        return done.stdout.split()
+
+    *bounded, bounded_growth = run()  # nothing set: aiayn's import sets both
+    *unbounded, unbounded_growth = run(ONEDNN_PRIMITIVE_CACHE_CAPACITY="1024", LRU_CACHE_CAPACITY="1024")  # as before
+    assert bounded == ["32", "32"] and unbounded == ["1024", "1024"]
+    assert int(bounded_growth) < 0.5 * int(unbounded_growth)

@@ -1,5 +1,18 @@
 """aiayn: the Transformer of "Attention Is All You Need" (Vaswani et al., 2017)."""
 
+import os
+
+# oneDNN, which runs PyTorch's bf16 products on a CPU and aiayn's float32 ones where it is the faster
+# (decode/backend.py, train/gemm.py), compiles a kernel for each product shape and keeps up to 1,024 of
+# them, with their buffers, in each of two caches: oneDNN's own and PyTorch's ideep (LRU_CACHE_CAPACITY).
+# Batches of varying lengths meet new shapes all the time, so a process grew without need: 1.5 GB in 120
+# bf16 training steps of the Multi30k model, 284 MiB translating one sentence of each length 1-128
+# (docs/translation.md). 32 entries hold every shape one training step or decoding step uses, at the same
+# speed. Set before oneDNN first runs in the process (it reads them then); a value already set is kept.
+ONEDNN_CACHE_ENTRIES = 32
+for _name in ("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "LRU_CACHE_CAPACITY"):
+    os.environ.setdefault(_name, str(ONEDNN_CACHE_ENTRIES))
+
 from .config import DecodeConfig, ModelConfig
 from .model import Transformer
 
