@@ -6,6 +6,9 @@ The same model and conversions as benchmarks/translate.py (made there once, unde
 engine loads its weights in a fresh process, 2 threads, and nothing is decoded, so the figure is
 what loading alone costs (translate.py's memory tables add decoding on top). aiayn float32 loads as
 `Translator.load` does, the backend measured first; aiayn int8 maps the file and quantises it.
+Once loaded, the resident memory above the runtime is split into the process's own (anonymous)
+pages and pages of files, which for these engines are their libraries' code: shared with every
+process that runs the same library, and dropped by the kernel when memory is short.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ ENGINES = ["ct2-float32", "ct2-int8", "aiayn-float32", "aiayn-int8"]
 def worker(engine: str, work: Path) -> None:
     for module in bench.RUNTIMES[engine.split("-")[0]]:
         importlib.import_module(module)
-    runtime = bench.resident_mib("VmRSS")
+    runtime = {field: bench.resident_mib(field) for field in ("VmRSS", "RssAnon", "RssFile")}
     if engine.startswith("ct2"):
         bench.run_ct2(work, 1, 1, [], engine.split("-")[1])
     else:
@@ -35,7 +38,9 @@ def worker(engine: str, work: Path) -> None:
 
         torch.set_num_threads(bench.THREADS)
         bench.run_aiayn(work, 1, 1, [], engine == "aiayn-int8")
-    print(json.dumps({"above_runtime_mib": bench.resident_mib("VmHWM") - runtime, "runtime_mib": runtime}))
+    print(json.dumps({"above_runtime_mib": bench.resident_mib("VmHWM") - runtime["VmRSS"],
+                      "anon_mib": bench.resident_mib("RssAnon") - runtime["RssAnon"],
+                      "file_mib": bench.resident_mib("RssFile") - runtime["RssFile"]}))
 
 
 def main() -> None:
@@ -48,15 +53,18 @@ def main() -> None:
         return worker(args.worker, args.work)
     bench.prepare(args.work)
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": str(bench.THREADS)}
-    peaks: dict[str, list[float]] = {e: [] for e in ENGINES}
+    results: dict[str, list[dict]] = {e: [] for e in ENGINES}
     for _ in range(args.rounds):
         for engine in ENGINES:
             done = subprocess.run([sys.executable, __file__, "--worker", engine, "--work", str(args.work)],
                                   capture_output=True, text=True, env=env, check=True)
-            peaks[engine].append(json.loads(done.stdout.strip().splitlines()[-1])["above_runtime_mib"])
-    print("| engine | loading's peak above the runtime, MiB (median; rounds) |\n| --- | --- |")
-    for engine, values in peaks.items():
-        print(f"| {engine} | {statistics.median(values):,.0f} ({', '.join(f'{v:.0f}' for v in values)}) |")
+            results[engine].append(json.loads(done.stdout.strip().splitlines()[-1]))
+    print("| engine | loading's peak above the runtime, MiB (median; rounds) | once loaded: anonymous | files (code) |")
+    print("| --- | --- | --- | --- |")
+    for engine, rounds in results.items():
+        peaks = [r["above_runtime_mib"] for r in rounds]
+        anon, files = (statistics.median(r[key] for r in rounds) for key in ("anon_mib", "file_mib"))
+        print(f"| {engine} | {statistics.median(peaks):,.0f} ({', '.join(f'{v:.0f}' for v in peaks)}) | {anon:,.0f} | {files:,.0f} |")
     print(f"load average at the end: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
 
 

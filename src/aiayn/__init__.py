@@ -7,14 +7,15 @@ import os
 # them, with their buffers, in each of two caches: oneDNN's own and PyTorch's ideep (LRU_CACHE_CAPACITY).
 # Batches of varying lengths meet new shapes all the time, so a process grew without need: 1.5 GB in 120
 # bf16 training steps of the Multi30k model, 284 MiB translating one sentence of each length 1-128
-# (docs/translation.md). 32 entries hold every shape one training step or decoding step uses, at the same
-# speed. Set before oneDNN first runs in the process (it reads them then); a value already set is kept.
-ONEDNN_CACHE_ENTRIES = 32
+# (docs/translation.md). 64 entries hold every shape that one batch's decoding or one training step uses
+# (at 32, beam 4 at batch 32 compiled twice as often and peaked higher), at the same speed. Set before
+# oneDNN first runs in the process, which reads them then; a value already in the environment is kept.
+ONEDNN_CACHE_ENTRIES = 64
 for _name in ("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "LRU_CACHE_CAPACITY"):
     os.environ.setdefault(_name, str(ONEDNN_CACHE_ENTRIES))
 
-from .config import DecodeConfig, ModelConfig
-from .model import Transformer
+from .config import DecodeConfig, ModelConfig  # noqa: E402  (after the caches are set)
+from .model import Transformer  # noqa: E402
 
 __all__ = ["DecodeConfig", "ModelConfig", "Transformer", "Translator"]
 __version__ = "0.1.0"
