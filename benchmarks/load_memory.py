@@ -32,15 +32,16 @@ def worker(engine: str, work: Path) -> None:
         importlib.import_module(module)
     runtime = {field: bench.resident_mib(field) for field in ("VmRSS", "RssAnon", "RssFile")}
     if engine.startswith("ct2"):
-        bench.run_ct2(work, 1, 1, [], engine.split("-")[1])
+        loaded = bench.run_ct2(work, 1, 1, [], engine.split("-")[1])  # kept: the split below is of the loaded model
     else:
         import torch
 
         torch.set_num_threads(bench.THREADS)
-        bench.run_aiayn(work, 1, 1, [], engine == "aiayn-int8")
+        loaded = bench.run_aiayn(work, 1, 1, [], engine == "aiayn-int8")
     print(json.dumps({"above_runtime_mib": bench.resident_mib("VmHWM") - runtime["VmRSS"],
                       "anon_mib": bench.resident_mib("RssAnon") - runtime["RssAnon"],
                       "file_mib": bench.resident_mib("RssFile") - runtime["RssFile"]}))
+    del loaded
 
 
 def main() -> None:

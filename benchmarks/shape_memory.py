@@ -105,7 +105,7 @@ def main() -> None:
         torch.set_num_threads(bench.THREADS)
         job, backend = args.worker
         stages = translate_job(args.work, backend) if job == "translate" else train_job()
-        print(" | ".join(f"{name}: {value:,.0f}" for name, value in stages))
+        print("; ".join(f"{name}: {value:,.0f}" for name, value in stages))
         return
     bench.prepare(args.work)
     print("| job | products | caches | growth (MiB) after each stage |\n| --- | --- | --- | --- |")
