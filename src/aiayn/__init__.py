@@ -6,7 +6,7 @@ import os
 # (decode/backend.py, train/gemm.py), compiles a kernel for each product shape and keeps up to 1,024 of
 # them, with their buffers, in each of two caches: oneDNN's own and PyTorch's ideep (LRU_CACHE_CAPACITY).
 # Batches of varying lengths meet new shapes all the time, so a process grew without need: 1.5 GB in 120
-# bf16 training steps of the Multi30k model, 284 MiB translating one sentence of each length 1-128
+# bf16 training steps of the Multi30k model, 289 MiB translating one sentence of each length 1-128
 # (docs/translation.md). 64 entries hold every shape that one batch's decoding or one training step uses
 # (at 32, beam 4 at batch 32 compiled twice as often and peaked higher), at the same speed. Set before
 # oneDNN first runs in the process, which reads them then; a value already in the environment is kept.
