@@ -36,10 +36,6 @@ RUNS = [  # (job, backend, caches: "aiayn" = as importing aiayn sets them, "pyto
 ]
 
 
-def resident_mib() -> float:
-    return bench.resident_mib("VmRSS")
-
-
 def translate_job(work: Path, gemm: str) -> list[tuple[str, float]]:
     import torch
 
@@ -53,14 +49,14 @@ def translate_job(work: Path, gemm: str) -> list[tuple[str, float]]:
     for_decoding(model, gemm)
     config = DecodeConfig(beam_size=1, max_len=3, extra_len=3)
     rng, stages = random.Random(0), []
-    start = resident_mib()
+    start = bench.resident_mib("VmRSS")
     with torch.inference_mode():
         for length in range(1, 129):
             greedy_hypotheses(model, torch.randint(2, bench.PAD, (1, length)), config)
-        stages.append(("batch 1, lengths 1-128", resident_mib() - start))
+        stages.append(("batch 1, lengths 1-128", bench.resident_mib("VmRSS") - start))
         for size in range(2, 33):
             greedy_hypotheses(model, torch.randint(2, bench.PAD, (size, rng.randint(5, 60))), config)
-        stages.append(("then batches of 2-32", resident_mib() - start))
+        stages.append(("then batches of 2-32", bench.resident_mib("VmRSS") - start))
     return stages
 
 
@@ -85,9 +81,9 @@ def train_job(steps: int = 120) -> list[tuple[str, float]]:
         adam.step()
         adam.zero_grad()
         if step == 5:  # the first steps' one-time costs are not the growth
-            start, began = resident_mib(), time.perf_counter()
+            start, began = bench.resident_mib("VmRSS"), time.perf_counter()
         if step % 40 == 0:
-            stages.append((f"step {step}", resident_mib() - start))
+            stages.append((f"step {step}", bench.resident_mib("VmRSS") - start))
     stages.append(("seconds for steps 6-120", time.perf_counter() - began))
     return stages
 
