@@ -25,19 +25,14 @@ import threading
 import time
 from pathlib import Path
 
+from translate import resident_mib
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
 class Mallinfo2(ctypes.Structure):
     _fields_ = [(name, ctypes.c_size_t) for name in
                 ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks", "keepcost")]
-
-
-def status_mib(field: str) -> int:
-    for line in open("/proc/self/status"):
-        if line.startswith(field + ":"):
-            return int(line.split()[1]) // 1024
-    return 0
 
 
 def child(out: str, steps: int) -> None:
@@ -56,7 +51,7 @@ def child(out: str, steps: int) -> None:
         while True:
             m = libc.mallinfo2()
             heap.update(heap=m.arena >> 20, in_use=m.uordblks >> 20, free=m.fordblks >> 20, mapped=m.hblkhd >> 20)
-            print(f"  rss {status_mib('VmRSS')} MiB, heap {heap['heap']} (in use {heap['in_use']}, free {heap['free']}), "
+            print(f"  rss {resident_mib('VmRSS'):.0f} MiB, heap {heap['heap']} (in use {heap['in_use']}, free {heap['free']}), "
                   f"mapped blocks {heap['mapped']}", file=sys.stderr, flush=True)
             time.sleep(10)
 
@@ -65,7 +60,7 @@ def child(out: str, steps: int) -> None:
     threading.Thread(target=sample, daemon=True).start()
     began = time.perf_counter()
     results = loop.train(recipe, out, log=lambda line: print(line, file=sys.stderr, flush=True))
-    print(json.dumps(dict(peak=status_mib("VmHWM"), seconds=time.perf_counter() - began,
+    print(json.dumps(dict(peak=round(resident_mib("VmHWM")), seconds=time.perf_counter() - began,
                           tokens_per_s=results["tokens_per_s"], **heap)))
 
 
