@@ -178,8 +178,26 @@ def test_average_leaves_out_a_checkpoint_saved_just_before_the_stop(tmp_path):
     (tmp_path / "step-3553" / STATE).write_text("{}")
     assert steps(checkpoints_to_average(tmp_path, 2, save_every=100)) == [3503, 3553]
 
+def test_averaged_count_spans_a_share_of_the_run():
+    """average_share: a run that went on long after its curve flattened averages more than average_last."""
+    from aiayn.train.checkpoint import checkpoints_averaged
+
+    assert checkpoints_averaged(3, 0.08, 3500, 100) == 3  # 280 steps: average_last's 3 already span them
+    assert checkpoints_averaged(3, 0.08, 6000, 100) == 5  # 480 steps
+    assert checkpoints_averaged(3, 0.08, 7046, 100) == 6
+    assert checkpoints_averaged(3, 0.0, 7046, 100) == 3  # off
+    assert checkpoints_averaged(3, 0.08, 7046, 0) == 3  # no interval known
+
+
 def tiny_recipe(*overrides: str):
     return load_recipe(REPO / "recipes" / "tiny.yaml", [f"--data.train={VAL}", f"--data.valid={VAL}", *overrides])
+
+
+def test_a_run_averages_the_share_of_its_steps_that_average_share_asks(tmp_path):
+    results = train(tiny_recipe("--train.max_steps=20", "--train.eval_every=0", "--train.save_every=4",
+                                "--train.keep_checkpoints=10", "--train.average_last=2", "--train.average_share=0.6"),
+                    tmp_path, log=lambda _: None)
+    assert results["averaged"] == ["step-12", "step-16", "step-20"]  # 12 of 20 steps: 12 / 4 = 3 checkpoints
 
 
 def test_tiny_run_learns_and_writes_a_model_directory(tmp_path):

@@ -69,6 +69,7 @@ class TrainConfig:
     save_every: int = 1000  # steps between checkpoints
     keep_checkpoints: int = 5  # the last K are kept; 0 = all
     average_last: int = 5  # checkpoints averaged into OUT/model at the end (§6.1: 5 base, 20 big)
+    average_share: float = 0.0  # and more, up to keep_checkpoints, to span this share of the run's steps; 0 = off
     beam_size: int = 4  # decoding for BLEU (§6.1)
     alpha: float = 0.6
     device: str = "auto"  # auto = cuda when available, else cpu
@@ -102,7 +103,7 @@ RANGES = {
     "lr_factor": (0, None), "cooldown": (0, 1), "beta1": (0, 1), "beta2": (0, 1), "adam_eps": (0, None), "label_smoothing": (0, 1),
     "clip_norm": (0, None), "max_steps": (1, None), "max_minutes": (0, None), "max_epochs": (0, None),
     "seed": (0, None), "threads": (0, None), "log_every": (1, None), "eval_every": (0, None),
-    "bleu_sentences": (0, None), "save_every": (0, None), "keep_checkpoints": (0, None), "average_last": (1, None),
+    "bleu_sentences": (0, None), "save_every": (0, None), "keep_checkpoints": (0, None), "average_last": (1, None), "average_share": (0, 1),
     "beam_size": (1, None),
 }
 
