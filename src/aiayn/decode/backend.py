@@ -80,21 +80,27 @@ def forced(option: str | None = None) -> str | None:
 
 
 def measure(config: ModelConfig, rows: int, repeats: int = 3) -> dict[str, float]:
-    """Seconds per decoding step's share of products on each backend: one FFN and a slice of the projection.
+    """Seconds per decoding step's products on each backend, estimated from one FFN matrix and a slice of the projection.
 
     Random matrices of the model's widths stand in for its weights (rates depend on shapes, not on
     values): (rows, d_model) times W_1 (d_ff, d_model) and times up to 16,384 rows of the vocabulary.
+    Each time is scaled to its share of a step: the decoder layers' per-step weights (6 d_model^2 +
+    2 d_model d_ff a layer: self-attention, encoder-decoder queries and output, FFN) over W_1's, and
+    the whole vocabulary over the slice.
     """
     generator = torch.Generator().manual_seed(0)
     D, F, V = config.d_model, config.decoder.d_ff, min(config.target_vocab_size, 16384)
+    layers = config.decoder.layers * (6 * D * D + 2 * D * F) / (F * D)  # a step's decoder weights, in W_1s
+    vocab = config.target_vocab_size / V
     x = torch.randn(rows, D, generator=generator)
     weights = [torch.randn(F, D, generator=generator), torch.randn(V, D, generator=generator)]
     columns = [w.t().contiguous().t() for w in weights]  # MKL's layout (layout.column_major)
-    runs = {"mkl": lambda: [x @ w.t() for w in columns]}
+    runs = {"mkl": (lambda: x @ columns[0].t(), lambda: x @ columns[1].t())}
     if onednn_available():
-        runs["onednn"] = lambda: [onednn_linear(x, w, None) for w in weights]
+        runs["onednn"] = (lambda: onednn_linear(x, weights[0], None), lambda: onednn_linear(x, weights[1], None))
     with torch.inference_mode():
-        return {name: best_seconds(run, repeats) for name, run in runs.items()}
+        return {name: layers * best_seconds(ffn, repeats) + vocab * best_seconds(projection, repeats)
+                for name, (ffn, projection) in runs.items()}
 
 
 def best_seconds(run, repeats: int) -> float:
