@@ -178,11 +178,13 @@ def test_average_leaves_out_a_checkpoint_saved_just_before_the_stop(tmp_path):
     (tmp_path / "step-3553" / STATE).write_text("{}")
     assert steps(checkpoints_to_average(tmp_path, 2, save_every=100)) == [3503, 3553]
 
+
 def test_averaged_count_spans_a_share_of_the_run():
     """average_share: a run that went on long after its curve flattened averages more than average_last."""
     from aiayn.train.checkpoint import checkpoints_averaged
 
     assert checkpoints_averaged(3, 0.08, 3500, 100) == 3  # 280 steps: average_last's 3 already span them
+    assert checkpoints_averaged(3, 0.08, 4375, 100) == 4  # 350 steps
     assert checkpoints_averaged(3, 0.08, 6000, 100) == 5  # 480 steps
     assert checkpoints_averaged(3, 0.08, 7046, 100) == 6
     assert checkpoints_averaged(3, 0.0, 7046, 100) == 3  # off
