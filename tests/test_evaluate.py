@@ -74,6 +74,20 @@ def test_tokenised_bleu_by_hand():
     assert evaluate.sacre_bleu(["Ein rot-weißes Hemd."], ["Ein rot-weißes Kleid."]).score < score
 
 
+
+def test_evaluate_reads_gzip_files_as_the_shared_data_holds_them(files, tmp_path, capsys):
+    import gzip
+
+    for name in ("ref.de", "hyp.de"):
+        (tmp_path / f"{name}.gz").write_bytes(gzip.compress((files / name).read_bytes()))
+    assert main(["evaluate", "--ref", str(files / "ref.de"), "--hyp", str(files / "hyp.de"), "--json"]) == 0
+    plain = json.loads(capsys.readouterr().out)
+    assert main(["evaluate", "--ref", str(tmp_path / "ref.de.gz"), "--hyp", str(tmp_path / "hyp.de.gz"), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == plain
+    (tmp_path / "cut.gz").write_bytes(gzip.compress((files / "hyp.de").read_bytes())[:-12])
+    assert main(["evaluate", "--ref", str(files / "ref.de"), "--hyp", str(tmp_path / "cut.gz")]) == 2
+    assert f"{tmp_path / 'cut.gz'}: not a valid gzip file" in capsys.readouterr().err
+
 def test_perplexity_and_evaluate_with_a_model(tmp_path, files, data_dir, capsys):  # noqa: F811
     model_dir = build_tiny_model_dir(tmp_path / "model", data_dir)
     src = read_gz(data_dir / "multi30k" / "val.en.gz", 12)
