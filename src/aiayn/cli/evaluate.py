@@ -7,9 +7,7 @@ that (--model M --src S --ref R); with a model, the references' per-word-piece p
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
-import zlib
 from pathlib import Path
 
 from .paths import output_file
@@ -34,12 +32,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def read_file(path: str) -> list[str]:
     """The lines of a plain or gzip (.gz, as ../shared/data holds them) UTF-8 file."""
-    opener = gzip.open if path.endswith(".gz") else open
-    try:
-        with opener(path, "rb") as f:
-            return list(read_lines(f, path))
-    except (gzip.BadGzipFile, EOFError, zlib.error) as err:
-        raise ValueError(f"{path}: not a valid gzip file ({err or 'it ends too early'})") from None
+    from ..data.corpus import open_bytes
+
+    with open_bytes(path) as f:
+        return list(read_lines(f, path))
 
 
 def run(args: argparse.Namespace) -> int:

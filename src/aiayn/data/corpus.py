@@ -6,12 +6,14 @@ Empty and over-long pairs are filtered, and the filter reports how many and why.
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import hashlib
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import BinaryIO
 from zlib import error as ZlibError
 
 import torch
@@ -27,22 +29,29 @@ def find_file(prefix: str | Path, lang: str) -> Path:
     raise FileNotFoundError(f"no file {prefix}.{lang} or {prefix}.{lang}.gz")
 
 
-def read_lines(path: str | Path) -> list[str]:
-    """The lines of a plain or gzip UTF-8 file, without their line ends."""
+@contextlib.contextmanager
+def open_bytes(path: str | Path) -> Iterator[BinaryIO]:
+    """A plain or gzip (.gz) file opened to read bytes; a broken gzip stream is an error naming the file."""
     path = Path(path)
     opener = gzip.open if path.suffix == ".gz" else open
-    lines = []
     with opener(path, "rb") as f:
         try:
-            for number, raw in enumerate(f, start=1):
-                try:
-                    line = raw.decode("utf-8")
-                except UnicodeDecodeError as err:
-                    bad = raw[err.start : err.start + 1]
-                    raise ValueError(f"{path}:{number}: not valid UTF-8 (byte {err.start}: {bad!r})") from None
-                lines.append(line.rstrip("\r\n"))
+            yield f
         except (gzip.BadGzipFile, EOFError, ZlibError) as err:
             raise ValueError(f"{path}: not a valid gzip file ({err or 'it ends too early'})") from None
+
+
+def read_lines(path: str | Path) -> list[str]:
+    """The lines of a plain or gzip UTF-8 file, without their line ends."""
+    lines = []
+    with open_bytes(path) as f:
+        for number, raw in enumerate(f, start=1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as err:
+                bad = raw[err.start : err.start + 1]
+                raise ValueError(f"{path}:{number}: not valid UTF-8 (byte {err.start}: {bad!r})") from None
+            lines.append(line.rstrip("\r\n"))
     return lines
 
 
@@ -55,13 +64,9 @@ def check_split(prefix: str, src_lang: str, tgt_lang: str, field: str) -> None:
         except FileNotFoundError as err:
             raise FileNotFoundError(f"{field}: {err}") from None
     for path in paths:
-        opener = gzip.open if path.suffix == ".gz" else open
-        with opener(path, "rb") as f:
-            try:
-                if not f.read(1):
-                    raise ValueError(f"{path}: empty file ({field}); there are no sentence pairs")
-            except (gzip.BadGzipFile, EOFError, ZlibError) as err:
-                raise ValueError(f"{path}: not a valid gzip file ({err or 'it ends too early'})") from None
+        with open_bytes(path) as f:
+            if not f.read(1):
+                raise ValueError(f"{path}: empty file ({field}); there are no sentence pairs")
 
 
 def read_parallel(src_path: str | Path, tgt_path: str | Path) -> tuple[list[str], list[str]]:

@@ -110,8 +110,9 @@ def checkpoint_steps(directory: Path) -> list[tuple[int, Path]]:
     return sorted(found)
 
 
-def checkpoints_to_average(directory: Path, last: int, save_every: int | None = None) -> list[Path]:
-    """The last `last` checkpoints in directory, oldest first, for the mean of §6.1.
+def checkpoints_to_average(directory: Path, last: int, save_every: int | None = None, share: float = 0.0) -> list[Path]:
+    """The last `last` checkpoints in directory (more where `share` asks: `checkpoints_averaged`), oldest
+    first, for the mean of §6.1.
 
     A run that stops on time or on Ctrl-C saves where it stops, often a few steps after the last
     periodic checkpoint; averaging both would count nearly the same weights twice (on Multi30k that
@@ -123,6 +124,8 @@ def checkpoints_to_average(directory: Path, last: int, save_every: int | None = 
     if save_every is None:
         gaps = sorted(b - a for (a, _), (b, _) in zip(steps, steps[1:]))
         save_every = gaps[len(gaps) // 2] if len(gaps) > 1 else 0
+    if steps:
+        last = checkpoints_averaged(last, share, steps[-1][0], save_every)
     taken: list[tuple[int, Path]] = []
     for step, path in reversed(steps):
         if len(taken) == last:

@@ -34,8 +34,7 @@ from ..recipe import Recipe, TrainConfig
 from ..files import sweep_temporaries
 from . import distributed, gemm, kernels, precision, progress, run_folder
 from .dropout import fast_dropout
-from .checkpoint import (Checkpoints, TrainState, average_checkpoints, checkpoint_steps, checkpoints_averaged,
-                         checkpoints_to_average)
+from .checkpoint import Checkpoints, TrainState, average_checkpoints, checkpoints_to_average
 from .flops import train_flops
 from .interrupt import deferred_sigint
 from .loss import label_smoothed_nll
@@ -359,9 +358,7 @@ def evaluate(model: Transformer, tokenizer, recipe: Recipe, valid: EncodedCorpus
 def finish(recipe: Recipe, out: Path, start: Start, device: torch.device, log: Log) -> dict:
     """Average the last checkpoints into OUT/model, then translate the test set and score it."""
     cfg, d = recipe.train, recipe.data
-    steps = checkpoint_steps(out / "checkpoints")
-    count = checkpoints_averaged(max(cfg.average_last, 1), cfg.average_share, steps[-1][0] if steps else 0, cfg.save_every)
-    last = checkpoints_to_average(out / "checkpoints", count, cfg.save_every)
+    last = checkpoints_to_average(out / "checkpoints", max(cfg.average_last, 1), cfg.save_every, cfg.average_share)
     if not last:
         return {}
     average_checkpoints(last, out / "model")
