@@ -163,7 +163,7 @@ DECODE_RANGES: dict[str, tuple[float, float | None]] = {
     "temperature": POSITIVE, "top_k": (0, None), "top_p": (0, 1),
 }
 OPEN_BELOW = {"layer_norm_eps", "temperature", "top_p", "lr_factor"}  # above their low, not equal to it
-OPEN_ABOVE = {"beta1", "beta2", "label_smoothing", "cooldown"}  # below their high, not equal to it
+OPEN_ABOVE = {"beta1", "beta2", "label_smoothing", "cooldown", "bpe_dropout"}  # below their high, not equal to it
 
 
 def check_fields(config: Any, ranges: dict[str, tuple[float, float | None]]) -> None:

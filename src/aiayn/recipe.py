@@ -35,6 +35,8 @@ class DataConfig:
     vocab_sample: int = 2_000_000  # sentences SentencePiece trains on
     vocab: str = field(default="", metadata={"help": "an existing SentencePiece model to use; \"\" = train one in OUT"})
     source_units: Literal["subwords", "words"] = "subwords"  # ptb only: the sentence as BPE pieces or whole words
+    bpe_dropout: float = field(default=0.0, metadata={"help": "each training epoch segmented anew, each merge skipped "
+                                                              "with this probability (not in the paper; data/bpe_dropout.py)"})
 
 
 @dataclass
@@ -98,7 +100,7 @@ class Recipe:
 SECTIONS = {"data": DataConfig, "train": TrainConfig}
 # The allowed range of each number (see aiayn.config.check_fields), checked once the recipe is read.
 RANGES = {
-    "vocab_size": (UNK_ID + 2, None), "max_subwords": (1, None), "vocab_sample": (1, None),
+    "vocab_size": (UNK_ID + 2, None), "max_subwords": (1, None), "vocab_sample": (1, None), "bpe_dropout": (0, 1),
     "batch_tokens": (1, None), "effective_batch_tokens": (0, None), "warmup_steps": (1, None),
     "lr_factor": (0, None), "cooldown": (0, 1), "beta1": (0, 1), "beta2": (0, 1), "adam_eps": (0, None), "label_smoothing": (0, 1),
     "clip_norm": (0, None), "max_steps": (1, None), "max_minutes": (0, None), "max_epochs": (0, None),
@@ -223,6 +225,8 @@ def check_recipe(recipe: Recipe, where: str = "") -> None:
                          f"model.max_len {model.max_len}")
     if recipe.data.source_units == "words" and recipe.data.format != "ptb":
         raise ValueError(f"{where}data.source_units: words is for parsing (format: ptb); translation uses subwords")
+    if recipe.data.bpe_dropout and recipe.data.format == "ptb":
+        raise ValueError(f"{where}data.bpe_dropout is for translation's BPE vocabulary; parsing (format: ptb) has none")
 
 
 def read_yaml(path: Path) -> Any:

@@ -11,6 +11,7 @@ bounded whatever the lengths. Every pair appears exactly once per epoch.
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from typing import NamedTuple
 
 import torch
@@ -73,16 +74,24 @@ def collate(src: list[list[int]], tgt: list[list[int]], pad_id: int, bos_id: int
 
 
 class BatchStream:
-    """Endless batches, epoch after epoch, with a position that a checkpoint saves and restores."""
+    """Endless batches, epoch after epoch, with a position that a checkpoint saves and restores.
 
-    def __init__(self, src_lens: list[int], tgt_lens: list[int], batch_tokens: int, seed: int):
-        self.src_lens, self.tgt_lens = src_lens, tgt_lens
+    lengths(epoch) -> (source lengths, target lengths) when each epoch has its own segmentation
+    (BPE-dropout, data/bpe_dropout.py); otherwise every epoch batches src_lens and tgt_lens.
+    """
+
+    def __init__(self, src_lens: list[int], tgt_lens: list[int], batch_tokens: int, seed: int,
+                 lengths: Callable[[int], tuple[list[int], list[int]]] | None = None):
+        self.lengths = lengths or (lambda epoch: (src_lens, tgt_lens))
         self.batch_tokens, self.seed = batch_tokens, seed
         self.epoch, self.index = 1, 0  # the next batch is batches(epoch)[index]
-        self._batches = make_batches(src_lens, tgt_lens, batch_tokens, seed, self.epoch)
+        self._batches = self._make(self.epoch)
+
+    def _make(self, epoch: int) -> list[list[int]]:
+        return make_batches(*self.lengths(epoch), self.batch_tokens, self.seed, epoch)
 
     def __len__(self) -> int:
-        """Batches per epoch."""
+        """Batches in the current epoch."""
         return len(self._batches)
 
     @property
@@ -93,7 +102,7 @@ class BatchStream:
     def next(self) -> list[int]:
         if self.index == len(self._batches):
             self.epoch, self.index = self.epoch + 1, 0
-            self._batches = make_batches(self.src_lens, self.tgt_lens, self.batch_tokens, self.seed, self.epoch)
+            self._batches = self._make(self.epoch)
         self.index += 1
         return self._batches[self.index - 1]
 
@@ -102,4 +111,4 @@ class BatchStream:
 
     def load_state_dict(self, state: dict[str, int]) -> None:
         self.epoch, self.index = state["epoch"], state["index"]
-        self._batches = make_batches(self.src_lens, self.tgt_lens, self.batch_tokens, self.seed, self.epoch)
+        self._batches = self._make(self.epoch)

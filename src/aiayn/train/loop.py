@@ -24,6 +24,7 @@ import torch
 
 from .. import faults
 from ..data.batching import Batch, BatchStream, collate, make_batches
+from ..data.bpe_dropout import SampledEpochs
 from ..data.corpus import EncodedCorpus, cache_key, encode_pairs, find_file, read_parallel
 from ..data.vocab import Vocab
 from ..evaluate import tokenized_bleu
@@ -111,6 +112,17 @@ def load_split(recipe: Recipe, prefix: str, tokenizer, cache: Path, log: Log) ->
     return corpus
 
 
+def sampled_epochs(recipe: Recipe, corpus: EncodedCorpus, tokenizer) -> SampledEpochs | None:
+    """data.bpe_dropout's per-epoch segmentations of the training pairs; None when it is 0 (every epoch is `corpus`)."""
+    d = recipe.data
+    if not d.bpe_dropout:
+        return None
+    if not isinstance(tokenizer, Vocab):
+        raise ValueError("data.bpe_dropout needs aiayn's shared SentencePiece vocabulary; "
+                         "this model's tokenizer (a Marian model's, from --init) has none")
+    return SampledEpochs(corpus, tokenizer, d.bpe_dropout, recipe.train.seed, d.max_subwords)
+
+
 def to_batch(corpus: EncodedCorpus, indices: list[int], model: Transformer, device: torch.device) -> Batch:
     b = collate([corpus.src[i] for i in indices], [corpus.tgt[i] for i in indices], model.config.pad_id, model.config.bos_id)
     return Batch(b.src.to(device), b.tgt_in.to(device), b.tgt_out.to(device), b.n_src, b.n_tgt)
@@ -166,7 +178,10 @@ def _train(recipe: Recipe, out: Path, init: str | Path | None, log: Log) -> dict
         [len(s) for s in valid.src], [len(s) for s in valid.tgt], cfg.batch_tokens, 0, 0)]
     # Batches of batch_tokens whatever the world size: a step takes accum x world of them and each rank
     # every world-th, so the data order and the checkpoint's position do not depend on the world size.
-    stream = BatchStream([len(s) for s in corpus.src], [len(s) for s in corpus.tgt], cfg.batch_tokens, cfg.seed)
+    sampled = sampled_epochs(recipe, corpus, start.tokenizer)  # BPE-dropout: each epoch its own ids
+    pairs = sampled.corpus if sampled else (lambda epoch: corpus)  # epoch -> its EncodedCorpus
+    stream = BatchStream([len(s) for s in corpus.src], [len(s) for s in corpus.tgt], cfg.batch_tokens, cfg.seed,
+                         sampled.lengths if sampled else None)
     accum = accumulation_steps(recipe, world)
     optimizer = torch.optim.Adam(model.parameters(), lr=0.0, betas=(cfg.beta1, cfg.beta2), eps=cfg.adam_eps, fused=True)
     dtype = precision.autocast_dtype(cfg.bf16, cfg.fp16, device)  # None = fp32, as in the paper
@@ -206,8 +221,8 @@ def _train(recipe: Recipe, out: Path, init: str | Path | None, log: Log) -> dict
             for group in optimizer.param_groups:
                 group["lr"] = lr
             # 2. micro-batches: each rank's share; loss divided by the target tokens of the whole step
-            step_batches = [stream.next() for _ in range(accum * world)]  # the same for any world size
-            batches = [to_batch(corpus, ids, model, device) for ids in step_batches[rank::world]]  # r, r + world, ...
+            step_batches = [(stream.next(), stream.epoch) for _ in range(accum * world)]  # the same for any world size
+            batches = [to_batch(pairs(epoch), ids, model, device) for ids, epoch in step_batches[rank::world]]  # r, r + world
             n_tokens = distributed.all_reduce_sum(sum(b.n_tgt for b in batches), device)  # real target tokens
             loss_sum = 0.0
             for i, b in enumerate(batches):
