@@ -1,97 +1,120 @@
 """The pre-softmax projection and the smoothed loss, forward and backward: as the train step runs them now, against
 one autograd Function that writes logits and their gradient into one buffer kept across calls (issue 18's proposal).
 
-    .venv/bin/python benchmarks/projection_loss.py [ROWS]
+    .venv/bin/python benchmarks/projection_loss.py [--rows 256] [--rounds 6]
 
-Base shapes (4,096 target tokens, d_model 512, 58,101 pieces), float32, 2 threads, 6 alternated rounds, medians;
-prints the loss and gradient differences (0.0 when the two agree bit for bit), the page faults of a round and the
-times. ROWS (default 256) is how many rows the fused forward multiplies at once. A measurement for the next step,
-not yet the train step's code: the model would return hidden states and the loop would call the fused loss.
+Base shapes (4,096 target tokens, d_model 512, 58,101 pieces, no bias), float32, 2 threads; the two alternate
+round by round in one process, medians. Prints the host's GEMM rates first, then the loss and gradient differences
+(0.0 when the two agree bit for bit), the page faults of a round and the times. --rows is how many rows the kept
+buffer's forward multiplies at once. A measurement for the next step, not yet the train step's code: the model
+would return the decoder's output and the loop would call the fused loss.
 """
+
+from __future__ import annotations
+
+import argparse
 import resource
 import statistics
-import sys
 import time
 
 import torch
 import torch.nn.functional as F
-from aiayn.train.loss import label_smoothed_nll
-torch.set_num_threads(2)
-N, D, V, PAD = 4096, 512, 58101, 58100
-R = int(sys.argv[1]) if len(sys.argv) > 1 else 256
-SUB = 4 << 20
 
-_buffers = {}
-def buffer(n, v, dtype):
-    b = _buffers.get(dtype)
-    if b is None or b.numel() < n * v:
-        b = _buffers[dtype] = torch.empty(n * v, dtype=dtype)
-    return b[: n * v].view(n, v)
+from aiayn.train.loss import label_smoothed_nll, row_chunks
 
-class Fused(torch.autograd.Function):
+N, D, V, PAD, EPS = 4096, 512, 58101, 58100, 0.1
+_kept: dict[torch.dtype, torch.Tensor] = {}
+
+
+def kept_table(n: int, v: int, dtype: torch.dtype) -> torch.Tensor:
+    """An (n, v) view of one buffer per dtype, grown when too small and otherwise reused: no fresh pages."""
+    flat = _kept.get(dtype)
+    if flat is None or flat.numel() < n * v:
+        flat = _kept[dtype] = torch.empty(n * v, dtype=dtype)
+    return flat[: n * v].view(n, v)
+
+
+class KeptBufferLoss(torch.autograd.Function):
+    """label_smoothed_nll(h W^T) with the logits, then their gradient, written in place into the kept buffer."""
+
     @staticmethod
-    def forward(ctx, h, w, bias, target, eps, pad):
-        n, v = h.size(0), w.size(0)
-        keep = target != pad
-        G = buffer(n, v, torch.float32)
-        lse = torch.empty(n); mean = torch.empty(n)
-        sub = max(1, SUB // (4 * v))
-        for i in range(0, n, R):
-            rows = slice(i, min(i + R, n))
-            if bias is None:
-                torch.mm(h[rows], w.t(), out=G[rows])
-            else:
-                torch.addmm(bias, h[rows], w.t(), out=G[rows])
-            for j in range(rows.start, rows.stop, sub):
-                s = slice(j, min(j + sub, rows.stop))
-                z = G[s]
-                torch.logsumexp(z, -1, out=lse[s]); torch.mean(z, -1, out=mean[s])
-        gold = G.gather(1, target[:, None]).squeeze(1)
-        nll = (lse - gold) * keep; uni = (lse - mean) * keep
-        for j in range(0, n, sub):
-            s = slice(j, min(j + sub, n))
-            g = G[s]
-            g.sub_(lse[s, None]).exp_().sub_(eps / v)
-            g.scatter_add_(1, target[s, None], torch.full_like(lse[s, None], eps - 1.0))
-            g.mul_(keep[s, None])
+    def forward(ctx, h, w, target, rows_at_once: int):
+        keep = target != PAD  # (N,)
+        table = kept_table(h.size(0), w.size(0), torch.float32)  # (N, V)
+        for i in range(0, h.size(0), rows_at_once):
+            torch.mm(h[i : i + rows_at_once], w.t(), out=table[i : i + rows_at_once])
+        lse, mean = torch.empty(h.size(0)), torch.empty(h.size(0))  # (N,)
+        for rows in row_chunks(table):
+            torch.logsumexp(table[rows], -1, out=lse[rows])
+            torch.mean(table[rows], -1, out=mean[rows])
+        gold = table.gather(1, target[:, None]).squeeze(1)  # (N,)
+        nll_sum = ((lse - gold) * keep).sum()
+        loss = (1 - EPS) * nll_sum + EPS * ((lse - mean) * keep).sum()
+        for rows in row_chunks(table):  # the gradient, as _SmoothedNLL.backward computes it, in place
+            g = table[rows].sub_(lse[rows, None]).exp_().sub_(EPS / w.size(0))
+            g.scatter_add_(1, target[rows, None], torch.full_like(lse[rows, None], EPS - 1.0))
+            g.mul_(keep[rows, None])
         ctx.save_for_backward(h, w)
-        ctx.G = G
-        ctx.has_bias = bias is not None
-        nll_sum = nll.sum()
+        ctx.table = table
         ctx.mark_non_differentiable(nll_sum)
-        return (1 - eps) * nll_sum + eps * uni.sum(), nll_sum
+        return loss, nll_sum
+
     @staticmethod
-    def backward(ctx, gl, _):
+    def backward(ctx, grad_loss, _grad_nll):
         h, w = ctx.saved_tensors
-        G = ctx.G; s = float(gl)
-        gh = torch.mm(G, w); gh.mul_(s)
-        gw = torch.mm(G.t(), h); gw.mul_(s)
-        return gh, gw, None, None, None, None
+        scale = float(grad_loss)
+        return torch.mm(ctx.table, w).mul_(scale), torch.mm(ctx.table.t(), h).mul_(scale), None, None
 
-def now(h, w, t):
-    logits = F.linear(h, w)
-    loss, _, n = label_smoothed_nll(logits[None], t[None], 0.1, PAD)
-    return loss
-def fused(h, w, t):
-    return Fused.apply(h, w, None, t, 0.1, PAD)[0]
 
-g = torch.Generator().manual_seed(0)
-h = torch.randn(N, D, generator=g, requires_grad=True)
-w = (torch.randn(V, D, generator=g) * 0.05).requires_grad_()
-t = torch.randint(0, V - 1, (N,), generator=g)
-# agreement
-outs = {}
-for name, f in (("now", now), ("fused", fused)):
-    h.grad = w.grad = None
-    l = f(h, w, t); l.backward()
-    outs[name] = (l.item(), h.grad.clone(), w.grad.clone())
-print("loss", outs["now"][0], outs["fused"][0], "gh maxdiff", (outs["now"][1] - outs["fused"][1]).abs().max().item(),
-      "gw maxdiff", (outs["now"][2] - outs["fused"][2]).abs().max().item())
-times = {"now": [], "fused": []}
-for r in range(6):
-    for name, f in ((("now", now), ("fused", fused)) if r % 2 else (("fused", fused), ("now", now))):
+def as_now(h, w, t, _rows_at_once):
+    return label_smoothed_nll(F.linear(h, w)[None], t[None], EPS, PAD)[0]
+
+
+def kept_buffer(h, w, t, rows_at_once):
+    return KeptBufferLoss.apply(h, w, t, rows_at_once)[0]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=256)
+    parser.add_argument("--rounds", type=int, default=6)
+    args = parser.parse_args()
+    torch.set_num_threads(2)
+    from gemm import print_host_rates  # the host's own limits come first (issue 18)
+
+    print_host_rates()
+    g = torch.Generator().manual_seed(0)
+    h = torch.randn(N, D, generator=g, requires_grad=True)
+    w = (torch.randn(V, D, generator=g) * 0.05).requires_grad_()
+    t = torch.randint(0, V - 1, (N,), generator=g)
+    engines = {"as now": as_now, "kept buffer": kept_buffer}
+    results = {}
+    for name, f in engines.items():
         h.grad = w.grad = None
-        f0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-        a = time.perf_counter(); f(h, w, t).backward(); times[name].append(time.perf_counter() - a)
-        if r == 5: print(name, "faults", resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f0)
-print({k: round(statistics.median(v), 3) for k, v in times.items()}, "R", R)
+        loss = f(h, w, t, args.rows)
+        loss.backward()
+        results[name] = (loss.item(), h.grad.clone(), w.grad.clone())
+    (l0, gh0, gw0), (l1, gh1, gw1) = results.values()
+    print(f"loss {l0} / {l1}; max |d grad h| {(gh0 - gh1).abs().max().item()}, "
+          f"max |d grad W| {(gw0 - gw1).abs().max().item()}")
+    times: dict[str, list[float]] = {name: [] for name in engines}
+    faults: dict[str, int] = {}
+    for r in range(args.rounds):
+        for name in (list(engines) if r % 2 else list(reversed(engines))):
+            h.grad = w.grad = None
+            before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+            began = time.perf_counter()
+            engines[name](h, w, t, args.rows).backward()
+            times[name].append(time.perf_counter() - began)
+            faults[name] = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+    now, kept = (statistics.median(times[n]) for n in engines)
+    print(f"\nprojection + loss, forward and backward, {N} x {D} x {V:,}, float32, 2 threads, "
+          f"medians of {args.rounds} alternated rounds, {args.rows} rows at once\n")
+    print("| engine | seconds | page faults (last round) |\n| --- | --- | --- |")
+    for name in engines:
+        print(f"| {name} | {statistics.median(times[name]):.2f} | {faults[name]:,} |")
+    print(f"\nkept buffer / as now: {kept / now:.2f}")
+
+
+if __name__ == "__main__":
+    main()
