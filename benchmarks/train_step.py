@@ -1,6 +1,6 @@
 """One training step's throughput, aiayn against Hugging Face's MarianMTModel, same shapes, same batches.
 
-    .venv/bin/python benchmarks/train_step.py [--rounds 5] [--precision fp32 bf16] [--gemm mkl onednn]
+    .venv/bin/python benchmarks/train_step.py [--rounds 5] [--precision fp32 bf16] [--gemm mkl onednn] [--before]
 
 A step is forward, label-smoothed cross-entropy (0.1), backward and an Adam (0.9, 0.98, 1e-9)
 update at the rate of eq. (3), as PEERS.md measured fairseq (1.46-1.54x HF). Both models have
@@ -8,7 +8,9 @@ opus-mt-en-de's base shapes (vocabulary 58,101, d_model 512, 6+6 layers, 8 heads
 scaled and tied embeddings) and random weights; a batch is 128 x 32 source + 128 x 32 target ids,
 no padding. The engines alternate round by round in one process (2 threads); medians of rounds.
 aiayn runs once per --gemm backend (train.gemm: its fp32 products on MKL or oneDNN; bf16 autocast
-multiplies on oneDNN either way).
+multiplies on oneDNN either way). The projection and the loss run as the loop runs them, over one kept
+logits table (aiayn.train.loss.projected_smoothed_nll); --before adds engines that run them as the step did
+before (the model's projection, a fresh table each step), for the ratio of the change in the same run.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from aiayn.config import ModelConfig  # noqa: E402
 from aiayn.model import Transformer  # noqa: E402
 from aiayn.train import kernels  # noqa: E402
 from aiayn.train.loop import forward_context  # noqa: E402
-from aiayn.train.loss import label_smoothed_nll  # noqa: E402
+from aiayn.train.loss import KeptTable, label_smoothed_nll, projected_smoothed_nll  # noqa: E402
 from aiayn.train.schedule import rate  # noqa: E402
 
 V, PAD, EOS = 58101, 58100, 0
@@ -55,15 +57,20 @@ def hf_model():
 
 
 def aiayn_step(model, optimizer, src, tgt_in, tgt_out, step: int, bf16: bool, attention: str = "auto",
-               backend: str = "mkl") -> float:
+               backend: str = "mkl", kept: KeptTable | None = None) -> float:
     """As aiayn's training loop computes a step: its forward context (eq. (1)'s kernel for the batch's
-    length, train.attention; train.gemm's products; its dropout masks) and its loss."""
+    length, train.attention; train.gemm's products; its dropout masks) and its loss, the projection in the
+    loss over a kept table. kept=None: the step as it was before (the model's projection, then the loss)."""
     for group in optimizer.param_groups:
         group["lr"] = rate(step, 512, 4000)
     dtype = torch.bfloat16 if bf16 else None
     with forward_context(attention, torch.device("cpu"), dtype, backend, max(src.size(1), tgt_in.size(1))):
-        logits = model(src, tgt_in)
-    loss, _, n = label_smoothed_nll(logits, tgt_out, 0.1, PAD)
+        out = model(src, tgt_in, project=kept is None)
+    if kept is None:
+        loss, _, n = label_smoothed_nll(out, tgt_out, 0.1, PAD)
+    else:
+        loss, _, n = projected_smoothed_nll(out, model.output_proj.matrix, model.logits_bias, tgt_out, 0.1, PAD, kept,
+                                            dtype, backend)
     (loss / n).backward()
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
@@ -98,6 +105,9 @@ def main() -> None:
                         help="aiayn's attention kernel (train.attention; auto = math on a CPU); HF keeps its own")
     parser.add_argument("--gemm", nargs="+", default=["mkl", "onednn"], choices=["mkl", "onednn"],
                         help="aiayn's fp32 products (train.gemm), one aiayn engine each")
+    parser.add_argument("--before", action="store_true",
+                        help="also aiayn with the projection in the model and a fresh logits table (before issue 18's "
+                             "kept table), one more engine per --gemm backend")
     args = parser.parse_args()
     kernel = kernels.attention_kernel(args.attention, torch.device("cpu"), 33)  # as the loop picks it for 32 + 33 tokens
     torch.set_num_threads(args.threads)
@@ -108,7 +118,12 @@ def main() -> None:
     engines = {}
     for backend in args.gemm:  # the same initial weights for each (seed 0)
         torch.manual_seed(0)
-        engines[f"aiayn {backend}"] = (aiayn_model(), partial(aiayn_step, attention=args.attention, backend=backend))
+        engines[f"aiayn {backend}"] = (aiayn_model(), partial(aiayn_step, attention=args.attention, backend=backend,
+                                                              kept=KeptTable()))
+        if args.before:
+            torch.manual_seed(0)
+            engines[f"aiayn {backend}, loss as before"] = (aiayn_model(), partial(aiayn_step, attention=args.attention,
+                                                                                  backend=backend))
     engines["Hugging Face"] = (hf_model(), hf_step)
     optimizers = {name: torch.optim.Adam(m.parameters(), betas=(0.9, 0.98), eps=1e-9,
                                          fused=args.fused_adam and name.startswith("aiayn"))

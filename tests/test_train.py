@@ -18,7 +18,7 @@ from aiayn.io import load_model, save_model
 from aiayn.model import Transformer
 from aiayn.recipe import load_recipe
 from aiayn.train.loop import accumulation_steps, train
-from aiayn.train.loss import label_smoothed_nll
+from aiayn.train.loss import KeptTable, label_smoothed_nll, projected_smoothed_nll
 from aiayn.train.schedule import rate
 
 REPO = Path(__file__).resolve().parents[1]
@@ -93,6 +93,80 @@ def test_smoothed_loss_in_row_chunks_equals_one_piece(monkeypatch, dtype):
     assert g_chunked.dtype == dtype
     torch.testing.assert_close(chunked, ref)
     torch.testing.assert_close(g_chunked, g_ref, rtol=1e-2 if dtype == torch.bfloat16 else 1e-5, atol=1e-3)
+
+
+def _projection_case(use_bias: bool, seed: int = 0):
+    g = torch.Generator().manual_seed(seed)
+    hidden = torch.randn(3, 5, 16, generator=g).requires_grad_()  # (B, T, D)
+    weight = torch.randn(301, 16, generator=g).requires_grad_()  # (V, D)
+    bias = torch.randn(301, generator=g) if use_bias else None  # Marian's logits bias: a buffer, not trained
+    target = torch.randint(1, 301, (3, 5), generator=g)
+    target[1, 3:] = 0
+    return hidden, weight, bias, target
+
+
+@pytest.mark.parametrize("backend", ["mkl", "onednn"])
+@pytest.mark.parametrize("use_bias", [False, True])
+def test_projected_loss_equals_projection_then_loss(backend, use_bias, monkeypatch):
+    # The train step's fused projection and loss over a kept table (issue 18) against F.linear + label_smoothed_nll:
+    # the same loss bit for bit and the same gradients (scaled as the loop scales them), for two batch sizes in turn
+    # through one table, so the second reuses the first's memory. 4 rows at a time, so the products come in blocks.
+    from aiayn.decode.backend import onednn_available
+    from aiayn.train import loss as loss_module
+
+    if backend == "onednn" and not onednn_available():
+        pytest.skip("this PyTorch has no oneDNN")
+    monkeypatch.setattr(loss_module, "PRODUCT_ROWS", 4)
+    kept = loss_module.KeptTable()
+    for rows in (3, 2):
+        hidden, weight, bias, target = _projection_case(use_bias, seed=rows)
+        hidden, target = hidden[:rows].detach().requires_grad_(), target[:rows]
+        ref, ref_nll, ref_n = label_smoothed_nll(F.linear(hidden, weight, bias), target, 0.1, pad_id=0)
+        ref_grads = torch.autograd.grad(ref / 7.0, (hidden, weight))
+        loss, nll, n = loss_module.projected_smoothed_nll(hidden, weight, bias, target, 0.1, 0, kept, None, backend)
+        grads = torch.autograd.grad(loss / 7.0, (hidden, weight))
+        assert loss.item() == ref.item() and nll.item() == ref_nll.item() and n == ref_n
+        for got, want in zip(grads, ref_grads):
+            torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+    assert kept.dtype == torch.float32 and len(kept._flat) == 1  # one table, made for the larger batch
+
+
+def test_projected_loss_in_bf16_is_as_close_to_float32_as_autocast_was():
+    hidden, weight, bias, target = _projection_case(use_bias=True)
+    exact = label_smoothed_nll(F.linear(hidden, weight, bias), target, 0.1, pad_id=0)[0]
+    exact_grads = torch.autograd.grad(exact, (hidden, weight))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        logits = F.linear(hidden, weight, bias)
+    before = label_smoothed_nll(logits, target, 0.1, pad_id=0)[0]  # the step as it was: autocast's logits
+    before_grads = torch.autograd.grad(before, (hidden, weight))
+    kept = KeptTable()
+    loss = projected_smoothed_nll(hidden, weight, bias, target, 0.1, 0, kept, torch.bfloat16)[0]
+    grads = torch.autograd.grad(loss, (hidden, weight))
+    assert kept.dtype == torch.bfloat16 and loss.item() == before.item()
+    for got, was, want in zip(grads, before_grads, exact_grads):
+        assert got.dtype == torch.float32
+        assert (got - want).abs().max() <= 1.5 * (was - want).abs().max()
+
+
+def test_forward_without_the_projection_returns_the_decoder_output():
+    torch.manual_seed(0)
+    model = Transformer(ModelConfig(vocab_size=40, d_model=16, d_ff=32, n_heads=2, n_layers=1, max_len=32,
+                                    final_logits_bias=True)).eval()
+    src, tgt = torch.randint(4, 40, (2, 6)), torch.randint(4, 40, (2, 5))
+    hidden = model(src, tgt, project=False)
+    assert hidden.shape == (2, 5, 16)
+    assert torch.equal(model.project(hidden), model(src, tgt))
+
+
+def test_projected_loss_refuses_a_table_written_over_before_its_backward():
+    hidden, weight, bias, target = _projection_case(use_bias=False)
+    kept = KeptTable()
+    first = projected_smoothed_nll(hidden, weight, bias, target, 0.1, 0, kept)[0]
+    second = projected_smoothed_nll(hidden[:2], weight, bias, target[:2], 0.1, 0, kept)[0]
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        first.backward()
+    second.backward()  # the table holds its gradient
+    assert hidden.grad is not None and weight.grad is not None
 
 
 def test_recipe_overrides_are_type_checked(tmp_path):

@@ -145,10 +145,18 @@ class Transformer(nn.Module):
         """Teacher-forced decoding of tgt (B, T) against z: logits (B, T, V)."""
         return self.project(self.decoder(tgt, self.decoder.memory_kv(memory), src_mask, weights=weights))
 
-    def forward(self, src: Tensor, tgt_in: Tensor, return_attention: bool = False) -> Tensor | Output:
-        """src (B, S), tgt_in (B, T) shifted right -> logits (B, T, V), or Output with the weights."""
+    def forward(self, src: Tensor, tgt_in: Tensor, return_attention: bool = False, project: bool = True
+                ) -> Tensor | Output:
+        """src (B, S), tgt_in (B, T) shifted right -> logits (B, T, V), or Output with the weights.
+
+        project=False stops before the pre-softmax projection and returns the decoder's output (B, T, D):
+        training's loss multiplies it by the projection itself (train/loss.py, projected_smoothed_nll).
+        """
         weights = Attention([], [], []) if return_attention else None
         memory, src_mask = self.encode(src, weights.encoder if weights else None)
+        if not project:
+            hidden = self.decoder(tgt_in, self.decoder.memory_kv(memory), src_mask, weights=weights)  # (B, T, D)
+            return Output(hidden, weights) if return_attention else hidden
         logits = self.decode(tgt_in, memory, src_mask, weights)
         return Output(logits, weights) if return_attention else logits
 

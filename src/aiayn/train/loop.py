@@ -38,7 +38,7 @@ from .dropout import fast_dropout
 from .checkpoint import Checkpoints, TrainState, average_checkpoints, checkpoints_to_average
 from .flops import train_flops
 from .interrupt import deferred_sigint
-from .loss import label_smoothed_nll
+from .loss import KeptTable, projected_smoothed_nll
 from .schedule import MIN_PLAN_STEPS, PLAN_AFTER, cooldown_begins, plan_steps, rate, shortest_run
 from .validate import sacrebleu_score, translate_texts, validation_loss
 
@@ -210,6 +210,7 @@ def _train(recipe: Recipe, out: Path, init: str | Path | None, log: Log) -> dict
     started = time.perf_counter()  # this process's start: tokens/s counts what it trained (save moves state.elapsed)
     if state.planned_minutes != cfg.max_minutes or not cfg.cooldown:  # a new time budget, or none, or no cool-down:
         state.planned_steps, state.planned_minutes = 0, 0.0  # the cool-down is planned anew (or not at all)
+    kept = KeptTable()  # the logits table of every step, and then its gradient (train/loss.py)
     clock = None  # (time, step) at the end of this process's first step: the speed that plans the cool-down
     model.train()
     with deferred_sigint() as ctrl_c, bar:  # Ctrl-C stops at the next step boundary; the bar closes on errors too
@@ -230,8 +231,9 @@ def _train(recipe: Recipe, out: Path, init: str | Path | None, log: Log) -> dict
                 length = max(b.src.size(1), b.tgt_in.size(1))
                 with distributed.no_sync(net, i < len(batches) - 1), forward_context(cfg.attention, device, dtype,
                                                                                      state.gemm, length):
-                    logits = net(b.src, b.tgt_in)
-                loss, _, _ = label_smoothed_nll(logits, b.tgt_out, cfg.label_smoothing, model.config.pad_id)
+                    hidden = net(b.src, b.tgt_in, project=False)  # (B, T, D): the projection is in the loss
+                loss, _, _ = projected_smoothed_nll(hidden, model.output_proj.matrix, model.logits_bias, b.tgt_out,
+                                                    cfg.label_smoothing, model.config.pad_id, kept, dtype, state.gemm)
                 scaler.scale(loss * world / n_tokens).backward()  # DDP averages gradients over ranks; undo that
                 loss_sum += loss.item()
                 state.flops += train_flops(model.config, *b.src.shape, b.tgt_in.size(1)) * world

@@ -5,6 +5,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from ..decode.backend import onednn_linear
+
 CHUNK_BYTES = 4 << 20  # rows of float32 logits worked on at once on a CPU: a few MiB, so each pass reads cache
 
 
@@ -73,4 +75,113 @@ def label_smoothed_nll(logits: Tensor, target: Tensor, epsilon: float, pad_id: i
     """
     target = target.flatten()  # (B*T,)
     loss, nll = _SmoothedNLL.apply(logits.flatten(0, 1), target, epsilon, pad_id)  # (B*T, V) in
+    return loss, nll.detach(), int((target != pad_id).sum())
+
+
+PRODUCT_ROWS = 256  # rows of the projection multiplied at once on a CPU, straight into the kept table
+
+
+class KeptTable:
+    """One (N, V) logits table per device and dtype, kept from step to step and grown when a batch needs more.
+
+    A fresh table of a base-size batch is ~1 GB of float32 that the kernel maps page by page at every
+    step (and once more for its gradient): on a CPU that cost ~4 s of a ~9 s step (docs/training.md,
+    benchmarks/projection_loss.py). Written over at each call; `dtype` is the last table's.
+    """
+
+    def __init__(self) -> None:
+        self._flat: dict[tuple[torch.device, torch.dtype], Tensor] = {}
+        self.dtype: torch.dtype | None = None
+
+    def table(self, n: int, v: int, dtype: torch.dtype, device: torch.device) -> Tensor:
+        key = (device, dtype)
+        flat = self._flat.get(key)
+        if flat is None or flat.numel() < n * v:
+            self._flat.pop(key, None)  # the old one goes before the larger one is made
+            flat = self._flat[key] = torch.empty(n * v, dtype=dtype, device=device)
+        self.dtype = dtype
+        return flat[: n * v].view(n, v)  # (N, V)
+
+
+class _ProjectedSmoothedNLL(torch.autograd.Function):
+    """_SmoothedNLL(h W^T + b) with the logits, then their gradient, written over one kept table.
+
+    The forward pass multiplies h (N, D) by W (V, D) into the table, takes the loss from it as
+    _SmoothedNLL does, and then (when a gradient is wanted) writes softmax(z) - q over the logits in
+    place, row chunk by row chunk; the backward pass only multiplies that table by W and by h, and
+    scales the two products by the incoming gradient. The same three matrix products and the same
+    passes as F.linear + _SmoothedNLL, without a fresh table for the logits or for their gradient.
+    The table is saved for backward: a later forward that writes over it before this backward makes
+    autograd refuse the stale table ("modified by an inplace operation") rather than use it.
+    """
+
+    @staticmethod
+    def forward(ctx, hidden: Tensor, weight: Tensor, bias: Tensor | None, target: Tensor, epsilon: float,
+                pad_id: int, dtype: torch.dtype | None, backend: str, kept: KeptTable) -> tuple[Tensor, Tensor]:
+        dtype = dtype or hidden.dtype  # autocast's dtype of the products, or the model's own
+        h, w = hidden.to(dtype), weight.to(dtype)  # (N, D), (V, D)
+        b = bias.to(dtype) if bias is not None else None  # (V,)
+        table = kept.table(h.size(0), w.size(0), dtype, h.device)  # (N, V)
+        onednn = backend == "onednn" and h.device.type == "cpu" and dtype == torch.float32
+        # oneDNN returns a fresh block: small enough to come back from the heap, not from fresh pages
+        step = (max(1, CHUNK_BYTES // (4 * w.size(0))) if onednn else PRODUCT_ROWS) if h.device.type == "cpu" else h.size(0)
+        for i in range(0, h.size(0), step):
+            rows = slice(i, i + step)
+            if onednn:  # train.gemm's backend (train/gemm.py)
+                table[rows] = onednn_linear(h[rows], w, b)
+            elif b is None:
+                torch.mm(h[rows], w.t(), out=table[rows])
+            else:
+                torch.addmm(b, h[rows], w.t(), out=table[rows])
+        keep = target != pad_id  # (N,)
+        lse = torch.empty(table.size(0), dtype=torch.float32, device=table.device)  # (N,)
+        mean = torch.empty_like(lse)  # (N,)
+        for rows in row_chunks(table):
+            z = table[rows].float()  # (n, V)
+            torch.logsumexp(z, dim=-1, out=lse[rows])
+            torch.mean(z, dim=-1, out=mean[rows])
+        gold = table.gather(1, target[:, None]).squeeze(1).float()  # (N,)
+        nll_sum = ((lse - gold) * keep).sum()  # -log p(y), summed
+        loss = (1.0 - epsilon) * nll_sum + epsilon * ((lse - mean) * keep).sum()
+        ctx.mark_non_differentiable(nll_sum)
+        ctx.has_bias, ctx.onednn = bias is not None, onednn
+        ctx.dtypes = (hidden.dtype, weight.dtype, bias.dtype if bias is not None else None)
+        if any(ctx.needs_input_grad[:3]):
+            V = table.size(1)
+            for rows in row_chunks(table):  # dL/dz = softmax(z) - q, over the logits
+                g = torch.sub(table[rows].float(), lse[rows, None]).exp_().sub_(epsilon / V)
+                g.scatter_add_(1, target[rows, None], torch.full_like(lse[rows, None], epsilon - 1.0))
+                table[rows] = g.mul_(keep[rows, None])  # in place for float32; rounded once for bf16, as before
+            ctx.save_for_backward(h, w, table)
+        return loss, nll_sum
+
+    @staticmethod
+    def backward(ctx, grad_loss: Tensor, _grad_nll: Tensor) -> tuple[Tensor | None, ...]:
+        h, w, grad = ctx.saved_tensors  # grad: the table, now dL/dz of a unit loss (N, V)
+        grad_h = grad_w = grad_b = None
+        if ctx.needs_input_grad[0]:
+            grad_h = onednn_linear(grad, w.t().contiguous(), None) if ctx.onednn else torch.mm(grad, w)  # (N, D)
+        if ctx.needs_input_grad[1]:
+            grad_w = torch.mm(grad.t(), h)  # (V, D), MKL for either backend, as train/gemm.py does
+        if ctx.has_bias and ctx.needs_input_grad[2]:
+            grad_b = grad.float().sum(0)  # (V,)
+        # scaled in float32 (a bf16 product is rounded once, as autograd's cast back did), in the inputs' dtypes
+        grads = [g.float().mul_(grad_loss.float()).to(dtype) if g is not None else None
+                 for g, dtype in zip((grad_h, grad_w, grad_b), ctx.dtypes)]
+        return (*grads, None, None, None, None, None, None)
+
+
+def projected_smoothed_nll(hidden: Tensor, weight: Tensor, bias: Tensor | None, target: Tensor, epsilon: float,
+                           pad_id: int, kept: KeptTable, dtype: torch.dtype | None = None,
+                           backend: str = "mkl") -> tuple[Tensor, Tensor, int]:
+    """label_smoothed_nll(F.linear(hidden, weight, bias), ...) for training, over a table kept in `kept`.
+
+    hidden (B, T, D): the decoder's output (`model(src, tgt_in, project=False)`); weight (V, D) and bias
+    (V,): the pre-softmax projection's (§3.4; `model.output_proj.matrix`, `model.logits_bias`). The
+    products run in `dtype` (autocast's, None for the model's own) on `backend` (train.gemm). Call
+    backward on the loss before the next call with the same `kept`: the table is written over.
+    """
+    with torch.autocast(hidden.device.type, enabled=False):  # the dtype is explicit here
+        loss, nll = _ProjectedSmoothedNLL.apply(hidden.flatten(0, 1), weight, bias, target.flatten(), epsilon, pad_id,
+                                                dtype, backend, kept)
     return loss, nll.detach(), int((target != pad_id).sum())
