@@ -1,13 +1,14 @@
-"""The pre-softmax projection and the smoothed loss, forward and backward: as the train step runs them now, against
-one autograd Function that writes logits and their gradient into one buffer kept across calls (issue 18's proposal).
+"""The pre-softmax projection and the smoothed loss, forward and backward: as the train step ran them before (F.linear,
+then label_smoothed_nll: a fresh logits table and a fresh gradient at each call) against the step's loss now, one
+autograd Function that writes the logits and then their gradient over one table kept across calls (issue 18).
 
     .venv/bin/python benchmarks/projection_loss.py [--rows 256] [--rounds 6]
 
 Base shapes (4,096 target tokens, d_model 512, 58,101 pieces, no bias), float32, 2 threads; the two alternate
 round by round in one process, medians. Prints the host's GEMM rates first, then the loss and gradient differences
 (0.0 when the two agree bit for bit), the page faults of a round and the times. --rows is how many rows the kept
-buffer's forward multiplies at once. A measurement for the next step, not yet the train step's code: the model
-would return the decoder's output and the loop would call the fused loss.
+table's forward multiplies at once (aiayn.train.loss.PRODUCT_ROWS). benchmarks/train_step.py --before measures the
+whole step both ways.
 """
 
 from __future__ import annotations
@@ -20,58 +21,20 @@ import time
 import torch
 import torch.nn.functional as F
 
-from aiayn.train.loss import label_smoothed_nll, row_chunks
+from aiayn.train import loss
+from aiayn.train.loss import label_smoothed_nll
 
 N, D, V, PAD, EPS = 4096, 512, 58101, 58100, 0.1
-_kept: dict[torch.dtype, torch.Tensor] = {}
+_kept = loss.KeptTable()
 
 
-def kept_table(n: int, v: int, dtype: torch.dtype) -> torch.Tensor:
-    """An (n, v) view of one buffer per dtype, grown when too small and otherwise reused: no fresh pages."""
-    flat = _kept.get(dtype)
-    if flat is None or flat.numel() < n * v:
-        flat = _kept[dtype] = torch.empty(n * v, dtype=dtype)
-    return flat[: n * v].view(n, v)
-
-
-class KeptBufferLoss(torch.autograd.Function):
-    """label_smoothed_nll(h W^T) with the logits, then their gradient, written in place into the kept buffer."""
-
-    @staticmethod
-    def forward(ctx, h, w, target, rows_at_once: int):
-        keep = target != PAD  # (N,)
-        table = kept_table(h.size(0), w.size(0), torch.float32)  # (N, V)
-        for i in range(0, h.size(0), rows_at_once):
-            torch.mm(h[i : i + rows_at_once], w.t(), out=table[i : i + rows_at_once])
-        lse, mean = torch.empty(h.size(0)), torch.empty(h.size(0))  # (N,)
-        for rows in row_chunks(table):
-            torch.logsumexp(table[rows], -1, out=lse[rows])
-            torch.mean(table[rows], -1, out=mean[rows])
-        gold = table.gather(1, target[:, None]).squeeze(1)  # (N,)
-        nll_sum = ((lse - gold) * keep).sum()
-        loss = (1 - EPS) * nll_sum + EPS * ((lse - mean) * keep).sum()
-        for rows in row_chunks(table):  # the gradient, as _SmoothedNLL.backward computes it, in place
-            g = table[rows].sub_(lse[rows, None]).exp_().sub_(EPS / w.size(0))
-            g.scatter_add_(1, target[rows, None], torch.full_like(lse[rows, None], EPS - 1.0))
-            g.mul_(keep[rows, None])
-        ctx.save_for_backward(h, w)
-        ctx.table = table
-        ctx.mark_non_differentiable(nll_sum)
-        return loss, nll_sum
-
-    @staticmethod
-    def backward(ctx, grad_loss, _grad_nll):
-        h, w = ctx.saved_tensors
-        scale = float(grad_loss)
-        return torch.mm(ctx.table, w).mul_(scale), torch.mm(ctx.table.t(), h).mul_(scale), None, None
-
-
-def as_now(h, w, t, _rows_at_once):
+def as_before(h, w, t, _rows_at_once):
     return label_smoothed_nll(F.linear(h, w)[None], t[None], EPS, PAD)[0]
 
 
-def kept_buffer(h, w, t, rows_at_once):
-    return KeptBufferLoss.apply(h, w, t, rows_at_once)[0]
+def kept_table(h, w, t, rows_at_once):
+    loss.PRODUCT_ROWS = rows_at_once
+    return loss.projected_smoothed_nll(h[None], w, None, t[None], EPS, PAD, _kept)[0]
 
 
 def main() -> None:
@@ -87,7 +50,7 @@ def main() -> None:
     h = torch.randn(N, D, generator=g, requires_grad=True)
     w = (torch.randn(V, D, generator=g) * 0.05).requires_grad_()
     t = torch.randint(0, V - 1, (N,), generator=g)
-    engines = {"as now": as_now, "kept buffer": kept_buffer}
+    engines = {"as before": as_before, "kept table": kept_table}
     results = {}
     for name, f in engines.items():
         h.grad = w.grad = None
@@ -102,18 +65,18 @@ def main() -> None:
     for r in range(args.rounds):
         for name in (list(engines) if r % 2 else list(reversed(engines))):
             h.grad = w.grad = None
-            before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+            faults_before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
             began = time.perf_counter()
             engines[name](h, w, t, args.rows).backward()
             times[name].append(time.perf_counter() - began)
-            faults[name] = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
-    now, kept = (statistics.median(times[n]) for n in engines)
+            faults[name] = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults_before
+    before, kept = (statistics.median(times[n]) for n in engines)
     print(f"\nprojection + loss, forward and backward, {N} x {D} x {V:,}, float32, 2 threads, "
           f"medians of {args.rounds} alternated rounds, {args.rows} rows at once\n")
     print("| engine | seconds | page faults (last round) |\n| --- | --- | --- |")
     for name in engines:
         print(f"| {name} | {statistics.median(times[name]):.2f} | {faults[name]:,} |")
-    print(f"\nkept buffer / as now: {kept / now:.2f}")
+    print(f"\nkept table / as before: {kept / before:.2f}")
 
 
 if __name__ == "__main__":

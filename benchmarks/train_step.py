@@ -1,6 +1,7 @@
 """One training step's throughput, aiayn against Hugging Face's MarianMTModel, same shapes, same batches.
 
     .venv/bin/python benchmarks/train_step.py [--rounds 5] [--precision fp32 bf16] [--gemm mkl onednn] [--before]
+    .venv/bin/python benchmarks/train_step.py --peak-rss [--precision fp32 bf16]   # memory: kept table against before
 
 A step is forward, label-smoothed cross-entropy (0.1), backward and an Adam (0.9, 0.98, 1e-9)
 update at the rate of eq. (3), as PEERS.md measured fairseq (1.46-1.54x HF). Both models have
@@ -17,7 +18,10 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import statistics
+import subprocess
+import sys
 import time
 from functools import partial
 
@@ -95,8 +99,33 @@ def batch(generator: torch.Generator, B: int = 128, L: int = 32) -> tuple[torch.
     return src, tgt[:, :-1].contiguous(), tgt[:, 1:].contiguous()
 
 
+def peak_rss(loss: str, precision: str, steps: int = 4) -> None:
+    """One aiayn engine (MKL products) alone for a few steps in this process; prints its peak resident memory."""
+    torch.set_num_threads(2)
+    torch.manual_seed(0)
+    model = aiayn_model()
+    optimizer = torch.optim.Adam(model.parameters(), betas=(0.9, 0.98), eps=1e-9, fused=True)
+    generator, kept = torch.Generator().manual_seed(1234), KeptTable() if loss == "kept" else None
+    for step in range(1, steps + 1):
+        aiayn_step(model, optimizer, *batch(generator), step, precision == "bf16", kept=kept)
+    print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)
+
+
+def peak_rss_table(precisions: list[str]) -> None:
+    """Peak RSS of 4 steps, each engine in a fresh process: the loss over a kept table against the loss as before."""
+    print("| precision | loss | peak RSS MiB |\n| --- | --- | --- |")
+    for precision in precisions:
+        for loss in ("kept", "before"):
+            out = subprocess.run([sys.executable, __file__, "--child-rss", loss, precision], check=True,
+                                 capture_output=True, text=True).stdout
+            print(f"| {precision} | {'kept table' if loss == 'kept' else 'as before'} | {int(out.split()[-1]):,} |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--peak-rss", action="store_true",
+                        help="instead of the timing: aiayn's peak resident memory over 4 steps, each way in a fresh process")
+    parser.add_argument("--child-rss", nargs=2, help=argparse.SUPPRESS)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--precision", nargs="+", default=["fp32", "bf16"], choices=["fp32", "bf16"])
     parser.add_argument("--threads", type=int, default=2)
@@ -109,6 +138,10 @@ def main() -> None:
                         help="also aiayn with the projection in the model and a fresh logits table (before issue 18's "
                              "kept table), one more engine per --gemm backend")
     args = parser.parse_args()
+    if args.child_rss:
+        return peak_rss(*args.child_rss)
+    if args.peak_rss:
+        return peak_rss_table(args.precision)
     kernel = kernels.attention_kernel(args.attention, torch.device("cpu"), 33)  # as the loop picks it for 32 + 33 tokens
     torch.set_num_threads(args.threads)
     from gemm import print_host_rates  # the host's own limits come first (issue 18)
