@@ -124,7 +124,7 @@ def peak_rss_table(precisions: list[str]) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--peak-rss", action="store_true",
-                        help="instead of the timing: aiayn's peak resident memory over 4 steps, each way in a fresh process")
+                        help="instead of timing: aiayn's peak RSS over 4 steps, each way in a fresh process")
     parser.add_argument("--child-rss", nargs=2, help=argparse.SUPPRESS)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--precision", nargs="+", default=["fp32", "bf16"], choices=["fp32", "bf16"])

@@ -20,6 +20,34 @@ def row_chunks(logits: Tensor) -> list[slice]:
     return [slice(i, min(i + rows, n)) for i in range(0, n, rows)]
 
 
+def _smoothed_sums(logits: Tensor, target: Tensor, epsilon: float, pad_id: int) -> tuple[Tensor, ...]:
+    """Summed smoothed loss and plain NLL of the (N, V) logits, with each row's logsumexp (N,) and its pad mask (N,).
+
+    With q = (1 - eps) onehot(y) + eps / V, a row's loss is logsumexp(z) - q.z: (1 - eps) times its NLL plus
+    eps times its cross-entropy against the uniform distribution, logsumexp(z) - mean(z). Rows are read a
+    chunk at a time, upcast to float32 there.
+    """
+    keep = target != pad_id  # (N,)
+    lse = torch.empty(logits.size(0), dtype=torch.float32, device=logits.device)  # (N,)
+    mean = torch.empty_like(lse)  # (N,)
+    for rows in row_chunks(logits):
+        z = logits[rows].float()  # (n, V)
+        torch.logsumexp(z, dim=-1, out=lse[rows])
+        torch.mean(z, dim=-1, out=mean[rows])
+    gold = logits.gather(1, target[:, None]).squeeze(1).float()  # (N,)
+    nll_sum = ((lse - gold) * keep).sum()  # -log p(y), summed
+    loss = (1.0 - epsilon) * nll_sum + epsilon * ((lse - mean) * keep).sum()
+    return loss, nll_sum, lse, keep
+
+
+def _smoothed_gradient(z: Tensor, lse: Tensor, target: Tensor, epsilon: float, in_place: bool = False) -> Tensor:
+    """dL/dz = softmax(z) - q of a chunk of rows z (n, V), given their logsumexp (n,), in float32: fresh, or
+    written over z itself when in_place and z is float32 (the same arithmetic either way)."""
+    g = z.sub_(lse[:, None]) if in_place and z.dtype == torch.float32 else torch.sub(z.float(), lse[:, None])
+    g = g.exp_().sub_(epsilon / z.size(-1))  # softmax(z) - eps / V
+    return g.scatter_add_(1, target[:, None], torch.full_like(lse[:, None], epsilon - 1.0))  # - (1 - eps) onehot
+
+
 class _SmoothedNLL(torch.autograd.Function):
     """Loss and gradient in a few passes over the (N, V) logits, none of them a log-probability table.
 
@@ -35,32 +63,19 @@ class _SmoothedNLL(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, logits: Tensor, target: Tensor, epsilon: float, pad_id: int) -> tuple[Tensor, Tensor]:
-        keep = target != pad_id  # (N,)
-        lse = torch.empty(logits.size(0), dtype=torch.float32, device=logits.device)  # (N,)
-        mean = torch.empty_like(lse)  # (N,)
-        for rows in row_chunks(logits):
-            z = logits[rows].float()  # (n, V)
-            torch.logsumexp(z, dim=-1, out=lse[rows])
-            torch.mean(z, dim=-1, out=mean[rows])
-        gold = logits.gather(1, target[:, None]).squeeze(1).float()  # (N,)
-        nll = (lse - gold) * keep  # -log p(y)
-        uniform = (lse - mean) * keep  # cross-entropy against the uniform distribution
+        loss, nll_sum, lse, keep = _smoothed_sums(logits, target, epsilon, pad_id)
         ctx.save_for_backward(logits, lse, target, keep)
         ctx.epsilon = epsilon
-        nll_sum = nll.sum()
         ctx.mark_non_differentiable(nll_sum)
-        return (1.0 - epsilon) * nll_sum + epsilon * uniform.sum(), nll_sum
+        return loss, nll_sum
 
     @staticmethod
     def backward(ctx, grad_loss: Tensor, _grad_nll: Tensor) -> tuple[Tensor, None, None, None]:
         logits, lse, target, keep = ctx.saved_tensors
-        eps, V = ctx.epsilon, logits.size(-1)
         scale = (keep * grad_loss)[:, None]  # (N, 1)
         grad = torch.empty_like(logits)  # (N, V), the logits' dtype
         for rows in row_chunks(logits):
-            g = torch.sub(logits[rows].float(), lse[rows, None]).exp_().sub_(eps / V)  # softmax(z) - eps / V
-            g.scatter_add_(1, target[rows, None], torch.full_like(lse[rows, None], eps - 1.0))  # - (1 - eps) onehot
-            grad[rows] = g.mul_(scale[rows])
+            grad[rows] = _smoothed_gradient(logits[rows], lse[rows], target[rows], ctx.epsilon).mul_(scale[rows])
         return grad, None, None, None
 
 
@@ -123,8 +138,9 @@ class _ProjectedSmoothedNLL(torch.autograd.Function):
         b = bias.to(dtype) if bias is not None else None  # (V,)
         table = kept.table(h.size(0), w.size(0), dtype, h.device)  # (N, V)
         onednn = backend == "onednn" and h.device.type == "cpu" and dtype == torch.float32
-        # oneDNN returns a fresh block: small enough to come back from the heap, not from fresh pages
-        step = (max(1, CHUNK_BYTES // (4 * w.size(0))) if onednn else PRODUCT_ROWS) if h.device.type == "cpu" else h.size(0)
+        step = h.size(0)  # rows multiplied at once: all of them off a CPU
+        if h.device.type == "cpu":  # oneDNN returns a fresh block: a few MiB come back from the heap, not fresh pages
+            step = max(1, CHUNK_BYTES // (4 * w.size(0))) if onednn else PRODUCT_ROWS
         for i in range(0, h.size(0), step):
             rows = slice(i, i + step)
             if onednn:  # train.gemm's backend (train/gemm.py)
@@ -133,25 +149,16 @@ class _ProjectedSmoothedNLL(torch.autograd.Function):
                 torch.mm(h[rows], w.t(), out=table[rows])
             else:
                 torch.addmm(b, h[rows], w.t(), out=table[rows])
-        keep = target != pad_id  # (N,)
-        lse = torch.empty(table.size(0), dtype=torch.float32, device=table.device)  # (N,)
-        mean = torch.empty_like(lse)  # (N,)
-        for rows in row_chunks(table):
-            z = table[rows].float()  # (n, V)
-            torch.logsumexp(z, dim=-1, out=lse[rows])
-            torch.mean(z, dim=-1, out=mean[rows])
-        gold = table.gather(1, target[:, None]).squeeze(1).float()  # (N,)
-        nll_sum = ((lse - gold) * keep).sum()  # -log p(y), summed
-        loss = (1.0 - epsilon) * nll_sum + epsilon * ((lse - mean) * keep).sum()
+        loss, nll_sum, lse, keep = _smoothed_sums(table, target, epsilon, pad_id)
         ctx.mark_non_differentiable(nll_sum)
         ctx.has_bias, ctx.onednn = bias is not None, onednn
         ctx.dtypes = (hidden.dtype, weight.dtype, bias.dtype if bias is not None else None)
         if any(ctx.needs_input_grad[:3]):
-            V = table.size(1)
-            for rows in row_chunks(table):  # dL/dz = softmax(z) - q, over the logits
-                g = torch.sub(table[rows].float(), lse[rows, None]).exp_().sub_(epsilon / V)
-                g.scatter_add_(1, target[rows, None], torch.full_like(lse[rows, None], epsilon - 1.0))
-                table[rows] = g.mul_(keep[rows, None])  # in place for float32; rounded once for bf16, as before
+            for rows in row_chunks(table):  # dL/dz over the logits: in place for float32, rounded once for bf16
+                g = _smoothed_gradient(table[rows], lse[rows], target[rows], epsilon, in_place=True)
+                g.mul_(keep[rows, None])
+                if g.dtype != table.dtype:
+                    table[rows] = g
             ctx.save_for_backward(h, w, table)
         return loss, nll_sum
 
