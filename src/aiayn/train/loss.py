@@ -94,6 +94,7 @@ def label_smoothed_nll(logits: Tensor, target: Tensor, epsilon: float, pad_id: i
 
 
 PRODUCT_ROWS = 256  # rows of the projection multiplied at once on a CPU, straight into the kept table
+ONEDNN_BLOCK_BYTES = 24 << 20  # oneDNN's products come back fresh: blocks under glibc's 32 MiB mmap limit, reused
 
 
 class KeptTable:
@@ -139,8 +140,8 @@ class _ProjectedSmoothedNLL(torch.autograd.Function):
         table = kept.table(h.size(0), w.size(0), dtype, h.device)  # (N, V)
         onednn = backend == "onednn" and h.device.type == "cpu" and dtype == torch.float32
         step = h.size(0)  # rows multiplied at once: all of them off a CPU
-        if h.device.type == "cpu":  # oneDNN returns a fresh block: a few MiB come back from the heap, not fresh pages
-            step = max(1, CHUNK_BYTES // (4 * w.size(0))) if onednn else PRODUCT_ROWS
+        if h.device.type == "cpu":  # oneDNN returns a fresh block, then copied: one the heap can hand back each time
+            step = max(1, ONEDNN_BLOCK_BYTES // (4 * w.size(0))) if onednn else PRODUCT_ROWS
         for i in range(0, h.size(0), step):
             rows = slice(i, i + step)
             if onednn:  # train.gemm's backend (train/gemm.py)
