@@ -1,4 +1,8 @@
-"""Label-smoothed cross-entropy (§5.4, epsilon_ls = 0.1), padding ignored."""
+"""Label-smoothed cross-entropy (§5.4, epsilon_ls = 0.1), padding ignored.
+
+`label_smoothed_nll` takes logits (validation, the lab); `projected_smoothed_nll`, the training step's,
+takes the decoder's output and applies the pre-softmax projection (§3.4) itself, over a kept table.
+"""
 
 from __future__ import annotations
 
