@@ -120,11 +120,14 @@ if "train-m30k" in jobs:  # the Multi30k recipe's step: bf16 autocast where nati
         for group in opt.param_groups:
             group["lr"] = rate(i + 1, config.d_model, 300, 0.42)
         with forward_context("auto", cpu, dtype, "mkl", max(b.src.size(1), b.tgt_in.size(1))):
-            out = model(b.src, b.tgt_in) if kept is None else model(b.src, b.tgt_in, project=False)
+            if kept is None:
+                logits = model(b.src, b.tgt_in)
+            else:  # the loop's loss since issue 18: the projection in the loss, over a kept table
+                hidden = model(b.src, b.tgt_in, project=False)
         if kept is None:
-            loss, _, _ = label_smoothed_nll(out, b.tgt_out, 0.1, config.pad_id)
-        else:  # the loop's loss since issue 18: the projection in the loss, over a kept table
-            loss, _, _ = projected_smoothed_nll(out, model.output_proj.matrix, model.logits_bias, b.tgt_out, 0.1,
+            loss, _, _ = label_smoothed_nll(logits, b.tgt_out, 0.1, config.pad_id)
+        else:
+            loss, _, _ = projected_smoothed_nll(hidden, model.output_proj.matrix, model.logits_bias, b.tgt_out, 0.1,
                                                 config.pad_id, kept, dtype, "mkl")
         (loss / b.n_tgt).backward()
         opt.step()

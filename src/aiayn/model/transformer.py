@@ -154,11 +154,9 @@ class Transformer(nn.Module):
         """
         weights = Attention([], [], []) if return_attention else None
         memory, src_mask = self.encode(src, weights.encoder if weights else None)
-        if not project:
-            hidden = self.decoder(tgt_in, self.decoder.memory_kv(memory), src_mask, weights=weights)  # (B, T, D)
-            return Output(hidden, weights) if return_attention else hidden
-        logits = self.decode(tgt_in, memory, src_mask, weights)
-        return Output(logits, weights) if return_attention else logits
+        hidden = self.decoder(tgt_in, self.decoder.memory_kv(memory), src_mask, weights=weights)  # (B, T, D)
+        out = self.project(hidden) if project else hidden
+        return Output(out, weights) if return_attention else out
 
     def decode_step(
         self, tokens: Tensor, memory_kv: list[KeyValue], src_mask: Tensor, caches: Sequence[SelfAttentionCache]

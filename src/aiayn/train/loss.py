@@ -156,7 +156,7 @@ class _ProjectedSmoothedNLL(torch.autograd.Function):
                 torch.addmm(b, h[rows], w.t(), out=table[rows])
         loss, nll_sum, lse, keep = _smoothed_sums(table, target, epsilon, pad_id)
         ctx.mark_non_differentiable(nll_sum)
-        ctx.has_bias, ctx.onednn = bias is not None, onednn
+        ctx.onednn = onednn
         ctx.dtypes = (hidden.dtype, weight.dtype, bias.dtype if bias is not None else None)
         if any(ctx.needs_input_grad[:3]):
             for rows in row_chunks(table):  # dL/dz over the logits: in place for float32, rounded once for bf16
@@ -170,12 +170,13 @@ class _ProjectedSmoothedNLL(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_loss: Tensor, _grad_nll: Tensor) -> tuple[Tensor | None, ...]:
         h, w, grad = ctx.saved_tensors  # grad: the table, now dL/dz of a unit loss (N, V)
+        bias_dtype = ctx.dtypes[2]  # None without a bias
         grad_h = grad_w = grad_b = None
         if ctx.needs_input_grad[0]:
             grad_h = onednn_linear(grad, w.t().contiguous(), None) if ctx.onednn else torch.mm(grad, w)  # (N, D)
         if ctx.needs_input_grad[1]:
             grad_w = torch.mm(grad.t(), h)  # (V, D), MKL for either backend, as train/gemm.py does
-        if ctx.has_bias and ctx.needs_input_grad[2]:
+        if bias_dtype is not None and ctx.needs_input_grad[2]:
             grad_b = grad.float().sum(0)  # (V,)
         # scaled in float32 (a bf16 product is rounded once, as autograd's cast back did), in the inputs' dtypes
         grads = [g.float().mul_(grad_loss.float()).to(dtype) if g is not None else None

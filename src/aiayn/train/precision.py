@@ -2,9 +2,9 @@
 
 The paper trained in fp32 (§5.2, P100 GPUs). Under autocast the weights, the optimizer state and
 the loss (`projected_smoothed_nll` upcasts the logits a few rows at a time) stay in fp32; only the
-matrix products run in the low precision. bf16 has fp32's exponent range and needs no scaling. fp16 does: the loss is
-multiplied by a scale before the backward pass, the gradients are divided by it before the step,
-and a step whose gradients overflowed is skipped while the scale is halved.
+matrix products run in the low precision. bf16 has fp32's exponent range and needs no scaling.
+fp16 does: the loss is multiplied by a scale before the backward pass, the gradients are divided
+by it before the step, and a step whose gradients overflowed is skipped while the scale is halved.
 """
 
 from __future__ import annotations
