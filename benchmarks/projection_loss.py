@@ -3,6 +3,7 @@ then label_smoothed_nll: a fresh logits table and a fresh gradient at each call)
 autograd Function that writes the logits and then their gradient over one table kept across calls (issue 18).
 
     .venv/bin/python benchmarks/projection_loss.py [--rows 256] [--rounds 6]
+    .venv/bin/python benchmarks/projection_loss.py --backend onednn [--onednn-block-mib 24]
 
 Base shapes (4,096 target tokens, d_model 512, 58,101 pieces, no bias), float32, 2 threads; the two alternate
 round by round in one process, medians. Prints the host's GEMM rates first, then the loss and gradient differences
@@ -22,27 +23,33 @@ import torch
 import torch.nn.functional as F
 
 from aiayn.train import loss
+from aiayn.train.gemm import products
 from aiayn.train.loss import label_smoothed_nll
 
 N, D, V, PAD, EPS = 4096, 512, 58101, 58100, 0.1
 _kept = loss.KeptTable()
 
 
-def as_before(h, w, t):
-    return label_smoothed_nll(F.linear(h, w)[None], t[None], EPS, PAD)[0]
+def as_before(h, w, t, backend):
+    with products(backend):  # train.gemm's products for F.linear, as the step's forward context enters them
+        logits = F.linear(h, w)
+    return label_smoothed_nll(logits[None], t[None], EPS, PAD)[0]
 
 
-def kept_table(h, w, t):
-    return loss.projected_smoothed_nll(h[None], w, None, t[None], EPS, PAD, _kept)[0]
+def kept_table(h, w, t, backend):
+    return loss.projected_smoothed_nll(h[None], w, None, t[None], EPS, PAD, _kept, None, backend)[0]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=256)
     parser.add_argument("--rounds", type=int, default=6)
+    parser.add_argument("--backend", default="mkl", choices=["mkl", "onednn"], help="train.gemm's products")
+    parser.add_argument("--onednn-block-mib", type=int, default=loss.ONEDNN_BLOCK_BYTES >> 20,
+                        help="oneDNN's blocks of the kept table's forward product (aiayn.train.loss.ONEDNN_BLOCK_BYTES)")
     args = parser.parse_args()
     torch.set_num_threads(2)
-    loss.PRODUCT_ROWS = args.rows
+    loss.PRODUCT_ROWS, loss.ONEDNN_BLOCK_BYTES = args.rows, args.onednn_block_mib << 20
     from gemm import print_host_rates  # the host's own limits come first (issue 18)
 
     print_host_rates()
@@ -54,7 +61,7 @@ def main() -> None:
     results = {}
     for name, f in engines.items():
         h.grad = w.grad = None
-        value = f(h, w, t)
+        value = f(h, w, t, args.backend)
         value.backward()
         results[name] = (value.item(), h.grad.clone(), w.grad.clone())
     (l0, gh0, gw0), (l1, gh1, gw1) = results.values()
@@ -67,12 +74,13 @@ def main() -> None:
             h.grad = w.grad = None
             faults_before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
             began = time.perf_counter()
-            engines[name](h, w, t).backward()
+            engines[name](h, w, t, args.backend).backward()
             times[name].append(time.perf_counter() - began)
             faults[name] = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults_before
     before, kept = (statistics.median(times[n]) for n in engines)
     print(f"\nprojection + loss, forward and backward, {N} x {D} x {V:,}, float32, 2 threads, "
-          f"medians of {args.rounds} alternated rounds, {args.rows} rows at once\n")
+          f"medians of {args.rounds} alternated rounds, products on {args.backend} "
+          f"({args.rows} rows at once on MKL, {args.onednn_block_mib} MiB blocks on oneDNN)\n")
     print("| engine | seconds | page faults (last round) |\n| --- | --- | --- |")
     for name in engines:
         print(f"| {name} | {statistics.median(times[name]):.2f} | {faults[name]:,} |")
