@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 import torch
 
@@ -65,3 +68,39 @@ def test_stack_shapes_follow_the_paper_unless_set():
     assert ModelConfig.preset("base", n_heads=16, d_k=16).encoder[1:4] == (16, 16, 32)  # row (B): d_v stays 512/16
     with pytest.raises(ValueError, match="n_decoder_heads 7"):
         ModelConfig.preset("base", n_decoder_heads=7)
+
+
+HEAP_AFTER_A_BATCH = r"""
+import torch
+from aiayn import ModelConfig, Transformer
+from aiayn.decode.step import TransformerStep
+
+def resident():  # MiB, now
+    for line in open("/proc/self/status"):
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+
+step = TransformerStep(Transformer(ModelConfig.preset("tiny", vocab_size=30)).eval())
+src = torch.randint(4, 30, (2, 5))
+with torch.inference_mode():
+    step.start(src)  # warm-up: the code and the model's pages are in
+    torch.empty(16 << 20, dtype=torch.uint8).fill_(1)  # freed: glibc's mmap threshold rises to 16 MiB
+    freed = [torch.empty(1 << 20, dtype=torch.uint8).fill_(1) for _ in range(64)]  # a batch's buffers, in the heap
+    pin = torch.ones(1000)  # above them, so that the heap's top cannot shrink when they go
+    del freed
+    held = resident()
+    step.start(src)
+    print(held - resident())
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's heap and /proc/self/status")
+def test_start_gives_back_the_heap_pages_the_last_batch_freed():
+    """64 MiB freed in the middle of the C heap stay resident under glibc until start() trims it."""
+    from aiayn.io import _malloc_trim
+
+    if _malloc_trim is None:
+        pytest.skip("not glibc: no malloc_trim")
+    done = subprocess.run([sys.executable, "-c", HEAP_AFTER_A_BATCH], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert float(done.stdout.split()[-1]) > 48  # MiB given back of the 64

@@ -19,6 +19,7 @@ import torch
 from torch import Tensor
 
 from ..config import DecodeConfig
+from ..io import trim_heap
 from ..model import Transformer
 from ..model.masks import padding_mask
 from .state import DecoderState, KVBuffer
@@ -55,8 +56,12 @@ class TransformerStep:
         """Run the encoder once: src (B, S) -> the decoder's state before any target token.
 
         The encoder keys/values of every decoder layer are computed here, once (§3.2.3); the
-        self-attention caches start with room for `capacity` positions and grow as needed.
+        self-attention caches start with room for `capacity` positions and grow as needed. First the
+        C heap gives back what the last batch freed (`trim_heap`): glibc keeps freed blocks, and the
+        next batch's buffers, of other sizes, do not all fit in them, so over many batches the resident
+        memory crept up (docs/translation.md, "int8 greedy at batch 32, memory").
         """
+        trim_heap()
         memory, src_mask = self.encode_by_length(src)
         memory_kv = self.model.decoder.memory_kv(memory)
         shape = self.model.config.decoder
