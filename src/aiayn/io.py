@@ -111,7 +111,8 @@ def trim_heap() -> None:
     """Return the C heap's free memory to the system (glibc's malloc_trim; nothing elsewhere).
 
     glibc keeps freed blocks of up to 32 MiB in the process once a block that size has been freed (its
-    mmap threshold rises), so a loader's temporaries would raise the resident memory for good.
+    mmap threshold rises), so a loader's temporaries would raise the resident memory for good, and each
+    decoding batch's buffers would land partly in new pages (`TransformerStep.start` calls this first).
     """
     if _malloc_trim is not None:
         _malloc_trim(0)
