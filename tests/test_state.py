@@ -85,9 +85,8 @@ src = torch.randint(4, 30, (2, 5))
 with torch.inference_mode():
     step.start(src)  # warm-up: the code and the model's pages are in
     torch.empty(16 << 20, dtype=torch.uint8).fill_(1)  # freed: glibc's mmap threshold rises to 16 MiB
-    freed = [torch.empty(1 << 20, dtype=torch.uint8).fill_(1) for _ in range(64)]  # a batch's buffers, in the heap
-    pin = torch.ones(1000)  # above them, so that the heap's top cannot shrink when they go
-    del freed
+    blocks = [torch.empty(1 << 20, dtype=torch.uint8).fill_(1) for _ in range(128)]  # a batch's buffers, in the heap
+    del blocks[::2]  # 64 MiB freed between blocks still held: holes in the heap's middle, which glibc keeps
     held = resident()
     step.start(src)
     print(held - resident())
