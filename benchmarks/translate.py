@@ -8,7 +8,8 @@ shapes and random weights (seed 0), saved with save_pretrained and converted for
 own TransformersConverter (a stand-in tokenizer: token "t<id>"); 256 source sentences of random ids
 (never </s>, <unk> or <pad>), lengths uniform in 8..40 plus </s> (seed 1234), consecutive batches;
 every engine forced to exactly 40 output tokens, length penalty 1.0; 2 threads everywhere.
-Each measurement runs in a fresh process (its peak RSS is the memory figure); engines alternate
+Each measurement runs in a fresh process (its peak RSS is the memory figure; the worker's JSON also lists
+the resident memory after each batch, `batch_rss_mib`); engines alternate
 round by round and the table gives medians, with ratios of figures measured in the same run.
 The memory tables also give the peak above each engine's runtime, the resident memory once its
 library is imported and before it loads weights (torch alone is about 220 MiB, ctranslate2 30).
@@ -202,14 +203,15 @@ def worker(args: argparse.Namespace) -> None:
     else:
         translate = run_aiayn(args.work, beam, batch_size, sources, engine == "aiayn-int8")
     translate([s[:8] + [EOS] for s in sources[: min(batch_size, 4)]])  # warm-up, untimed
-    outputs, start = [], time.perf_counter()
+    outputs, batch_rss, start = [], [], time.perf_counter()
     for batch in batches(sources, batch_size):
         outputs += translate(batch)
+        batch_rss.append(round(resident_mib("VmRSS") - runtime_mib, 1))  # above the runtime, after each batch
     seconds = time.perf_counter() - start
     lengths = sorted({len(o) for o in outputs})
     print(json.dumps({
         "seconds": seconds, "sentences": len(sources), "tokens": sum(len(o) for o in outputs), "lengths": lengths,
-        "peak_mib": resident_mib("VmHWM"), "runtime_mib": runtime_mib, "first": outputs[:8],
+        "peak_mib": resident_mib("VmHWM"), "runtime_mib": runtime_mib, "batch_rss_mib": batch_rss, "first": outputs[:8],
     }))
 
 
