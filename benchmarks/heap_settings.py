@@ -30,6 +30,7 @@ sys.path.insert(0, sys.argv[1])
 import torch
 import train_step as ts
 from aiayn.train.loss import KeptTable
+from translate import resident_mib
 torch.set_num_threads(2)
 torch.manual_seed(0)
 bf16, steps = sys.argv[2] == "bf16", int(sys.argv[3])
@@ -43,7 +44,7 @@ for step in range(steps + 1):
     if step:  # the first is the warm-up
         times.append(time.perf_counter() - began)
         faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
-print(statistics.median(times), statistics.median(faults), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)
+print(statistics.median(times), statistics.median(faults), round(resident_mib("VmHWM")))
 """
 
 
