@@ -4,7 +4,8 @@ PyTorch's CPU build runs `F.linear` on MKL's sgemm; oneDNN, which it also ships,
 through `torch.ops.mkldnn._linear_pointwise`. Which is faster depends on the host: on some 2-core
 AMD EPYC machines MKL reaches about half of oneDNN's rate for decoding's few-row products, on
 others it is the faster (docs/translation.md). So `choose` measures both on the model's own shapes
-(a few products, well under a second) when a `Translator` loads, unless a backend is forced by an
+(a few products, well under a second) when a `Translator` loads and takes oneDNN where it is clearly
+the faster (`ONEDNN_MARGIN`), unless a backend is forced by an
 option or by the environment variable AIAYN_GEMM (mkl, onednn), so that a run can be reproduced.
 Under torch.distributed every rank takes rank 0's choice. Both compute x W^T + b in float32: the
 logits agree to rounding (tests/test_backend.py), the translations are the same.
@@ -28,6 +29,14 @@ from ..model import OutputProjection
 
 BACKENDS = ("mkl", "onednn")
 ENV = "AIAYN_GEMM"
+# oneDNN is taken only where its products measure at least this much faster than MKL's. The products
+# alone do not show one cost: oneDNN returns the (rows, V) logits as a new tensor each step, where the
+# MKL path writes them into one buffer (`projection.py`), and the C heap may hand those 30 MiB back and
+# fault them in again (at beam 4, batch 32: 60k-240k page faults a batch against 43k). On an Intel
+# host with AMX the two measured level (100-105 ms a step each at 128 rows), and in decoding MKL was
+# 4-11% faster at beam 4, batch 32 and peaked 100 MiB lower; where oneDNN wins (2-core EPYC hosts:
+# 1.5-2.5x MKL's rate at 4-128 rows), it wins by far more than this (docs/translation.md).
+ONEDNN_MARGIN = 1.10
 
 
 def onednn_available() -> bool:
@@ -124,14 +133,15 @@ def rank_zeros(name: str) -> str:
 
 
 def choose(config: ModelConfig, rows: int, option: str | None = None) -> str:
-    """The backend for decoding this model on this CPU: forced (option, AIAYN_GEMM) or the faster measured.
+    """The backend for decoding this model on this CPU: forced (option, AIAYN_GEMM) or the faster measured,
+    where oneDNN must be `ONEDNN_MARGIN` times faster to be taken.
 
     Every rank of a torch.distributed job gets rank 0's answer, so that one job decodes one way.
     """
     name = forced(option)
     if name is None:
         seconds = measure(config, rows)
-        name = min(seconds, key=seconds.get)
+        name = "onednn" if "onednn" in seconds and seconds["onednn"] * ONEDNN_MARGIN < seconds["mkl"] else "mkl"
     return rank_zeros(name)
 
 
