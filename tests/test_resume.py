@@ -24,7 +24,8 @@ def command(out: Path, vocab: Path, *extra: str) -> list[str]:
 
 
 # 60 steps are 2 epochs and more of val (about 27 batches of 512 tokens): the resumed run re-segments its epochs
-@pytest.mark.parametrize("extra", [(), ("--data.bpe_dropout=0.1",)], ids=["", "bpe-dropout"])
+@pytest.mark.parametrize("extra", [(), ("--data.bpe_dropout=0.1",), ("--train.weight_decay=0.1",)],
+                         ids=["", "bpe-dropout", "weight-decay"])
 def test_sigkill_and_restart_end_with_identical_weights(tmp_path, extra):
     vocab = tmp_path / "spm.model"  # one vocabulary for both runs
     Vocab.train(read_lines(f"{VAL}.en.gz") + read_lines(f"{VAL}.de.gz"), 300).save(vocab)

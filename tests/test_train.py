@@ -16,8 +16,8 @@ from aiayn.config import ModelConfig
 from aiayn.data.vocab import Vocab
 from aiayn.io import load_model, save_model
 from aiayn.model import Transformer
-from aiayn.recipe import load_recipe
-from aiayn.train.loop import accumulation_steps, train
+from aiayn.recipe import Recipe, load_recipe
+from aiayn.train.loop import accumulation_steps, make_optimizer, train
 from aiayn.train.loss import KeptTable, label_smoothed_nll, projected_smoothed_nll
 from aiayn.train.schedule import rate
 
@@ -210,6 +210,26 @@ def test_paper_recipes_have_the_papers_settings():
                                                            tgt_lang="fr", max_len=en_fr.model_config(32000).max_len)
     assert (en_fr.data.tgt_lang, en_fr.data.vocab_size, en_fr.train.max_steps) == ("fr", 32000, 300_000)
     assert dataclasses.asdict(en_fr.train) == dataclasses.asdict(big.train)  # training as En-De big's
+
+
+def test_weight_decay_shrinks_the_matrices_alone_and_is_off_by_default():
+    """AdamW's decoupled decay: with a zero gradient Adam's own update is 0, so W becomes W (1 - lr wd)."""
+    torch.manual_seed(0)
+    model = Transformer(ModelConfig.preset("tiny", vocab_size=50))
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    recipe = Recipe()
+    assert type(make_optimizer(model, recipe.train)) is torch.optim.Adam  # the paper's Adam (§5.3)
+    recipe.train.weight_decay = 0.5
+    optimizer = make_optimizer(model, recipe.train)
+    for group in optimizer.param_groups:
+        group["lr"] = 0.1
+    for p in model.parameters():
+        p.grad = torch.zeros_like(p)
+    optimizer.step()
+    for name, p in model.named_parameters():
+        expected = before[name] * (1 - 0.1 * 0.5) if p.dim() >= 2 else before[name]
+        torch.testing.assert_close(p.detach(), expected, rtol=1e-6, atol=1e-7, msg=name)
+    assert any(p.dim() < 2 and p.abs().sum() > 0 for p in model.parameters())  # biases and gains were there to leave alone
 
 
 def test_accumulation_from_effective_batch_tokens():

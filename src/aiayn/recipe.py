@@ -52,6 +52,8 @@ class TrainConfig:
     beta1: float = 0.9  # Adam (§5.3)
     beta2: float = 0.98
     adam_eps: float = 1e-9
+    weight_decay: float = field(default=0.0, metadata={"help": "decoupled weight decay on the weight matrices (AdamW; "
+                                                                "not in the paper, whose Adam has none); 0 = off"})
     label_smoothing: float = 0.1  # epsilon_ls (§5.4)
     clip_norm: float = 0.0  # gradient clipping; 0 = off (the paper does not clip)
     bf16: bool | Literal["auto"] = False  # bf16 autocast; auto = where the hardware multiplies in bf16 (precision.py)
@@ -102,7 +104,8 @@ SECTIONS = {"data": DataConfig, "train": TrainConfig}
 RANGES = {
     "vocab_size": (UNK_ID + 2, None), "max_subwords": (1, None), "vocab_sample": (1, None), "bpe_dropout": (0, 1),
     "batch_tokens": (1, None), "effective_batch_tokens": (0, None), "warmup_steps": (1, None),
-    "lr_factor": (0, None), "cooldown": (0, 1), "beta1": (0, 1), "beta2": (0, 1), "adam_eps": (0, None), "label_smoothing": (0, 1),
+    "lr_factor": (0, None), "cooldown": (0, 1), "beta1": (0, 1), "beta2": (0, 1), "adam_eps": (0, None), "weight_decay": (0, None),
+    "label_smoothing": (0, 1),
     "clip_norm": (0, None), "max_steps": (1, None), "max_minutes": (0, None), "max_epochs": (0, None),
     "seed": (0, None), "threads": (0, None), "log_every": (1, None), "eval_every": (0, None),
     "bleu_sentences": (0, None), "save_every": (0, None), "keep_checkpoints": (0, None), "average_last": (1, None), "average_share": (0, 1),

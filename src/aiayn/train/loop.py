@@ -54,6 +54,19 @@ class Start:
     vocab_proto: bytes | None
 
 
+def make_optimizer(model: torch.nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
+    """Adam with β1, β2, ε of §5.3 (the rate is set each step, eq. 3). With `weight_decay` (not in the
+    paper), AdamW's decoupled decay (Loshchilov & Hutter, 2019) shrinks the weight matrices by lr x
+    weight_decay a step; biases, LayerNorm gains and the like are left alone, as is usual."""
+    betas, eps = (cfg.beta1, cfg.beta2), cfg.adam_eps
+    if cfg.weight_decay == 0:
+        return torch.optim.Adam(model.parameters(), lr=0.0, betas=betas, eps=eps, fused=True)
+    params = list(model.parameters())
+    groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": cfg.weight_decay},
+              {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
+    return torch.optim.AdamW(groups, lr=0.0, betas=betas, eps=eps, fused=True)
+
+
 def start_model(recipe: Recipe, out: Path, init: str | Path | None, log: Log) -> Start:
     """A fresh model with a vocabulary trained on the training text, or the model in `init`."""
     from ..io import is_aiayn_model
@@ -183,7 +196,7 @@ def _train(recipe: Recipe, out: Path, init: str | Path | None, log: Log) -> dict
     stream = BatchStream([len(s) for s in corpus.src], [len(s) for s in corpus.tgt], cfg.batch_tokens, cfg.seed,
                          sampled.lengths if sampled else None)
     accum = accumulation_steps(recipe, world)
-    optimizer = torch.optim.Adam(model.parameters(), lr=0.0, betas=(cfg.beta1, cfg.beta2), eps=cfg.adam_eps, fused=True)
+    optimizer = make_optimizer(model, cfg)
     dtype = precision.autocast_dtype(cfg.bf16, cfg.fp16, device)  # None = fp32, as in the paper
     precision.check_device(device, dtype)
     scaler = precision.grad_scaler(device, dtype)  # active for fp16 only
