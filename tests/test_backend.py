@@ -68,7 +68,7 @@ def test_auto_takes_onednn_only_where_it_is_clearly_faster(monkeypatch):
     """Its products alone do not show the fresh logits tensor oneDNN returns each step (ONEDNN_MARGIN)."""
     config = ModelConfig.preset("tiny", vocab_size=300)
     monkeypatch.delenv(backend.ENV, raising=False)
-    level = {"mkl": 1.05, "onednn": 1.0}  # 5% apart: the two measured level on the AMX host, MKL decoded faster
+    level = {"mkl": 1.12, "onednn": 1.0}  # the AMX host measured 0.95-1.12 and MKL decoded faster
     monkeypatch.setattr(backend, "measure", lambda config, rows, repeats=3: level)
     assert backend.choose(config, rows=128) == "mkl"
     clear = {"mkl": 1.5, "onednn": 1.0}  # the EPYC hosts at 128 rows
