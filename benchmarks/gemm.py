@@ -1,6 +1,7 @@
 """The host's own limits: float32 GEMM rates of MKL and oneDNN for the shapes aiayn's jobs run.
 
     python benchmarks/gemm.py            # the table alone
+    python benchmarks/gemm.py --choice 8 # and 8 of Translator.load's measurements for opus-mt's shapes
     from gemm import print_host_rates    # benchmarks/translate.py and train_step.py print it first
 
 Every figure a benchmark reports comes with these rates, so that a different figure on another
@@ -52,5 +53,35 @@ def print_host_rates(repeats: int = 3) -> None:
     print(flush=True)
 
 
+def print_choices(times: int, rows_list: tuple[int, ...] = (128, 32, 4, 1)) -> None:
+    """What `Translator.load` measures (`aiayn.decode.backend.measure`) for opus-mt-en-de's shapes, `times`
+    times at each row count: MKL's estimated step time over oneDNN's, and the backend `choose` takes.
+    Shows how far apart the two are on this host against `ONEDNN_MARGIN`, and how much one measurement varies."""
+    from aiayn.config import ModelConfig
+    from aiayn.decode import backend
+
+    config = ModelConfig.preset("base", vocab_size=58101)  # 6+6 layers, d_model 512, d_ff 2048: opus-mt's widths
+    print(f"Translator.load's measure, opus-mt-en-de's shapes, {times} times; oneDNN is taken above MKL/oneDNN "
+          f"{backend.ONEDNN_MARGIN}:")
+    print("| rows | MKL / oneDNN step time, each measurement | taken |\n| --- | --- | --- |")
+    for rows in rows_list:
+        ratios = []
+        for _ in range(times):
+            seconds = backend.measure(config, rows)
+            ratios.append(seconds["mkl"] / seconds["onednn"] if "onednn" in seconds else 0.0)
+        taken = ["onednn" if r > backend.ONEDNN_MARGIN else "mkl" for r in ratios]
+        counts = ", ".join(f"{name} {taken.count(name)}" for name in sorted(set(taken)))
+        print(f"| {rows} | {' '.join(f'{r:.2f}' for r in ratios)} | {counts} |")
+    print(flush=True)
+
+
 if __name__ == "__main__":
+    import argparse
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--choice", type=int, default=0, metavar="N",
+                        help="also print N of Translator.load's backend measurements at 128, 32, 4 and 1 rows")
+    args = parser.parse_args()
     print_host_rates()
+    if args.choice:
+        print_choices(args.choice)

@@ -165,6 +165,7 @@ def run_aiayn(work: Path, beam: int, batch_size: int, sources: list[list[int]], 
     def translate(batch):
         return [hyps[0].tokens for hyps in search(step, padded(batch), config)]
 
+    translate.gemm = "int8" if int8 else gemm  # reported with the worker's figures
     return translate
 
 
@@ -212,6 +213,7 @@ def worker(args: argparse.Namespace) -> None:
     print(json.dumps({
         "seconds": seconds, "sentences": len(sources), "tokens": sum(len(o) for o in outputs), "lengths": lengths,
         "peak_mib": resident_mib("VmHWM"), "runtime_mib": runtime_mib, "batch_rss_mib": batch_rss, "first": outputs[:8],
+        "gemm": getattr(translate, "gemm", None),
     }))
 
 
@@ -278,6 +280,9 @@ def table(results: dict, jobs: list[str], engines: list[str]) -> str:
     if "aiayn-float32" in engines and "ct2-float32" in engines:
         lines += ["", "aiayn/CT2 float32 per round: " + "; ".join(
             f"{job} " + ", ".join(f"{r:.2f}" for r in per_round(job, "aiayn-float32", "ct2-float32")) for job in jobs)]
+    if "aiayn-float32" in engines:  # the GEMM backend each process's Translator.load-style choice took
+        lines += ["", "aiayn float32's GEMM backend per round: " + "; ".join(
+            f"{job} " + ", ".join(str(r.get("gemm")) for r in results[job]["aiayn-float32"]) for job in jobs)]
     return "\n".join(lines)
 
 
@@ -327,7 +332,8 @@ def main() -> None:
                 res = measure(args.work, engine, job, n)
                 results[job][engine].append(res)
                 print(f"round {r + 1} {job:11s} {engine:14s} {res['tokens'] / res['seconds']:8.1f} tok/s "
-                      f"{res['peak_mib']:7.0f} MiB (runtime {res['runtime_mib']:.0f})",
+                      f"{res['peak_mib']:7.0f} MiB (runtime {res['runtime_mib']:.0f})"
+                      + (f", {res['gemm']}" if res.get("gemm") else ""),
                       file=sys.stderr, flush=True)
     same = {e: sum(a == b for a, b in zip(results[args.jobs[0]][e][0]["first"], results[args.jobs[0]]["hf"][0]["first"]))
             for e in args.engines} if "hf" in args.engines else {}
