@@ -33,7 +33,7 @@ ENV = "AIAYN_GEMM"
 # alone do not show one cost: oneDNN returns the (rows, V) logits as a new tensor each step, where the
 # MKL path writes them into one buffer (`projection.py`), and the C heap may hand those 30 MiB back and
 # fault them in again (at beam 4, batch 32: 60k-240k page faults a batch against 43k). On an Intel
-# host with AMX the two measured level (MKL / oneDNN time 0.95-1.12 at 128 rows over 8 measurements),
+# host with AMX the two measured level (MKL / oneDNN time 0.92-1.12 at 128 rows over 16 measurements),
 # and in decoding MKL was 4-11% faster at beam 4, batch 32 and peaked 100 MiB lower; where oneDNN wins
 # (2-core EPYC hosts: 1.5-2.5x MKL's rate at 4-128 rows), it wins by far more than this (docs/translation.md).
 ONEDNN_MARGIN = 1.25
