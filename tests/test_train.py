@@ -17,7 +17,8 @@ from aiayn.data.vocab import Vocab
 from aiayn.io import load_model, save_model
 from aiayn.model import Transformer
 from aiayn.recipe import Recipe, load_recipe
-from aiayn.train.loop import accumulation_steps, make_optimizer, train
+from aiayn.train.loop import accumulation_steps, apply_optimizer_settings, make_optimizer, train
+from aiayn.train.run_folder import changes
 from aiayn.train.loss import KeptTable, label_smoothed_nll, projected_smoothed_nll
 from aiayn.train.schedule import rate
 
@@ -230,6 +231,25 @@ def test_weight_decay_shrinks_the_matrices_alone_and_is_off_by_default():
         expected = before[name] * (1 - 0.1 * 0.5) if p.dim() >= 2 else before[name]
         torch.testing.assert_close(p.detach(), expected, rtol=1e-6, atol=1e-7, msg=name)
     assert any(p.dim() < 2 and p.abs().sum() > 0 for p in model.parameters())  # biases and gains were there to leave alone
+
+
+def test_a_resume_takes_the_recipes_optimizer_settings_and_may_not_switch_weight_decay(tmp_path):
+    """Loading a checkpoint's optimizer state restores its settings; the recipe's then replace them."""
+    model = Transformer(ModelConfig.preset("tiny", vocab_size=50))
+    recipe = Recipe()
+    recipe.train.weight_decay = 0.1
+    saved = make_optimizer(model, recipe.train).state_dict()
+    recipe.train.weight_decay, recipe.train.beta2, recipe.train.adam_eps = 0.2, 0.99, 1e-8
+    optimizer = make_optimizer(model, recipe.train)
+    optimizer.load_state_dict(saved)
+    assert optimizer.param_groups[0]["weight_decay"] == 0.1  # what load_state_dict alone leaves
+    apply_optimizer_settings(optimizer, recipe.train)
+    assert [g["weight_decay"] for g in optimizer.param_groups] == [0.2, 0.0]
+    assert all(g["betas"] == (0.9, 0.99) and g["eps"] == 1e-8 for g in optimizer.param_groups)
+    old = Recipe().to_dict()  # a run without weight decay: switching it on changes the parameter groups
+    assert changes(old, recipe) == ["train.weight_decay 0.0 -> 0.2 (on or off)"]
+    old["train"]["weight_decay"] = 0.1
+    assert changes(old, recipe) == []  # another value is a setting a resume may change
 
 
 def test_accumulation_from_effective_batch_tokens():

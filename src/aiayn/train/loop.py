@@ -67,6 +67,15 @@ def make_optimizer(model: torch.nn.Module, cfg: TrainConfig) -> torch.optim.Opti
     return torch.optim.AdamW(groups, lr=0.0, betas=betas, eps=eps, fused=True)
 
 
+def apply_optimizer_settings(optimizer: torch.optim.Optimizer, cfg: TrainConfig) -> None:
+    """The recipe's β1, β2, ε and weight decay on the optimizer, after a checkpoint's settings were loaded
+    with its state: a resume may change them (not switch weight decay on or off: `run_folder.changes`)."""
+    for group in optimizer.param_groups:
+        group["betas"], group["eps"] = (cfg.beta1, cfg.beta2), cfg.adam_eps
+    if cfg.weight_decay:
+        optimizer.param_groups[0]["weight_decay"] = cfg.weight_decay  # the matrices' group (make_optimizer)
+
+
 def start_model(recipe: Recipe, out: Path, init: str | Path | None, log: Log) -> Start:
     """A fresh model with a vocabulary trained on the training text, or the model in `init`."""
     from ..io import is_aiayn_model
@@ -205,6 +214,7 @@ def _train(recipe: Recipe, out: Path, init: str | Path | None, log: Log) -> dict
                               cfg.keep_checkpoints, {"beam_size": cfg.beam_size, "alpha": cfg.alpha})
     if (last := checkpoints.latest()) is not None:
         state = checkpoints.resume(last, device, cfg.seed)
+        apply_optimizer_settings(optimizer, cfg)
         log(f"resumed from {last} (step {state.step:,}, {state.elapsed / 60:.1f} min, epoch {stream.epoch})")
     else:
         state = TrainState()

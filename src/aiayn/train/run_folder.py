@@ -116,6 +116,9 @@ def changes(old: dict[str, Any], recipe: Recipe) -> list[str]:
         before = old.get("train", {}).get(name, new["train"][name])
         if before != new["train"][name]:
             found.append(f"train.{name} {before!r} -> {new['train'][name]!r}")
+    decay_before = old.get("train", {}).get("weight_decay", 0.0)  # on or off fixes the optimizer's parameter groups
+    if (decay_before > 0) != (new["train"]["weight_decay"] > 0):
+        found.append(f"train.weight_decay {decay_before!r} -> {new['train']['weight_decay']!r} (on or off)")
     before_model, model = _model_fields(old.get("model", {})), _model_fields(new["model"])
     for name in sorted(before_model.keys() | model.keys()):
         if before_model.get(name) != model.get(name):
