@@ -29,13 +29,15 @@ import resource, statistics, sys, time
 sys.path.insert(0, sys.argv[1])
 import torch
 import train_step as ts
+from aiayn.recipe import TrainConfig
+from aiayn.train.loop import make_optimizer
 from aiayn.train.loss import KeptTable
 from translate import resident_mib
 torch.set_num_threads(2)
 torch.manual_seed(0)
 bf16, steps = sys.argv[2] == "bf16", int(sys.argv[3])
 model = ts.aiayn_model()
-optimizer = torch.optim.Adam(model.parameters(), betas=(0.9, 0.98), eps=1e-9, fused=True)
+optimizer = make_optimizer(model, TrainConfig())  # §5.3's fused Adam, as training builds it (the rate set each step)
 generator, kept, times, faults = torch.Generator().manual_seed(1234), KeptTable(), [], []
 for step in range(steps + 1):
     batch = ts.batch(generator)

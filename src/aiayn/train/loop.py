@@ -72,8 +72,8 @@ def apply_optimizer_settings(optimizer: torch.optim.Optimizer, cfg: TrainConfig)
     with its state: a resume may change them (not switch weight decay on or off: `run_folder.changes`)."""
     for group in optimizer.param_groups:
         group["betas"], group["eps"] = (cfg.beta1, cfg.beta2), cfg.adam_eps
-    if cfg.weight_decay:
-        optimizer.param_groups[0]["weight_decay"] = cfg.weight_decay  # the matrices' group (make_optimizer)
+        if group["weight_decay"]:  # the matrices' group; the others keep 0
+            group["weight_decay"] = cfg.weight_decay
 
 
 def start_model(recipe: Recipe, out: Path, init: str | Path | None, log: Log) -> Start:
