@@ -165,7 +165,9 @@ def run_aiayn(work: Path, beam: int, batch_size: int, sources: list[list[int]], 
     def translate(batch):
         return [hyps[0].tokens for hyps in search(step, padded(batch), config)]
 
-    translate.gemm = "int8" if int8 else gemm  # reported with the worker's figures
+    if int8:  # where the vocabulary's product runs: packed for oneDNN, or plain rows and torch._int_mm
+        gemm = "int8 onednn" if model.output_proj.vocabulary.packed is not None else "int8 _int_mm"
+    translate.gemm = gemm  # reported with the worker's figures
     return translate
 
 
@@ -283,6 +285,12 @@ def table(results: dict, jobs: list[str], engines: list[str]) -> str:
     if "aiayn-float32" in engines:  # the GEMM backend each process's Translator.load-style choice took
         lines += ["", "aiayn float32's GEMM backend per round: " + "; ".join(
             f"{job} " + ", ".join(str(r.get("gemm")) for r in results[job]["aiayn-float32"]) for job in jobs)]
+    if "aiayn-int8" in engines and "ct2-int8" in engines:
+        lines += ["", "aiayn/CT2 int8 per round: " + "; ".join(
+            f"{job} " + ", ".join(f"{r:.2f}" for r in per_round(job, "aiayn-int8", "ct2-int8")) for job in jobs)]
+    if "aiayn-int8" in engines:  # packed for oneDNN, or plain rows and torch._int_mm
+        products = sorted({str(r.get("gemm")) for job in jobs for r in results[job]["aiayn-int8"]})
+        lines += ["", "aiayn int8's vocabulary product: " + ", ".join(products)]
     return "\n".join(lines)
 
 
