@@ -118,7 +118,6 @@ def test_int8_decoding_writes_the_logits_into_the_step_buffer():
 LOAD_AND_REPORT_PEAK = """
 import sys
 from pathlib import Path
-from unittest import mock
 import torch
 from aiayn.config import ModelConfig
 from aiayn.decode.quantize import quantize_int8

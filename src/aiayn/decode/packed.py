@@ -33,7 +33,7 @@ class PackedInt8:
     def __init__(self, packed: Tensor, blocks: Tensor, vocab: int, dim: int):
         self.packed = packed  # oneDNN's opaque tensor; owns the memory blocks views
         self.blocks = blocks  # (V_pad / n, D_pad / 4, n, 4) int8, a view of packed's bytes
-        self.vocab, self.dim = vocab, dim
+        self.dim = dim
         self.zero_points = torch.zeros(vocab, dtype=torch.long)  # the weights are symmetric
 
     def rows(self, ids: Tensor) -> Tensor:

@@ -76,7 +76,10 @@ class Int8Vocabulary(nn.Module):
         x_scale = x.abs().amax().clamp(min=1e-12) / 127
         out = torch.empty(N, self.scale.size(0)) if out is None else out  # (N, V) float32
         if self.packed is not None:  # oneDNN adds the product to out: start it at the bias or zero
-            out.copy_(bias.expand_as(out)) if bias is not None else out.zero_()
+            if bias is None:
+                out.zero_()
+            else:
+                out.copy_(bias.expand_as(out))
             return self.packed.product(x, float(x_scale), self.scale, out)
         x_int8 = torch.round(x / x_scale).to(torch.int8)  # (N, D)
         acc = out.view(torch.int32)  # the int32 sums go into out's memory, then become floats in place
