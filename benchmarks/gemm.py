@@ -16,62 +16,70 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from aiayn.decode.backend import best_seconds
+from aiayn.decode.backend import best_seconds, onednn_linear
 
 # (name, rows, in, out): decoding's pre-softmax projection (opus-mt-en-de: 58,101 pieces) at beam 4 x
-# batch 32, batch 32 and beam 4 x batch 1; an FFN layer; the training step's projection (4,096 tokens).
+# batch 32, batch 32, beam 4 x batch 1 and greedy at batch 1; an FFN layer; the training step's projection (4,096 tokens).
 SHAPES = (
     ("decode projection, 128 rows", 128, 512, 58101),
     ("decode projection, 32 rows", 32, 512, 58101),
     ("decode projection, 4 rows", 4, 512, 58101),
+    ("decode projection, 1 row", 1, 512, 58101),
     ("decode FFN W_1, 128 rows", 128, 512, 2048),
     ("train FFN W_1, 4096 rows", 4096, 512, 2048),
     ("train projection, 4096 rows", 4096, 512, 37000),
 )
 
 
-def host_rates(repeats: int = 3) -> list[tuple[str, float, float | None]]:
-    """(shape name, MKL GFLOP/s, oneDNN GFLOP/s or None where PyTorch has no oneDNN) for each shape."""
+def host_rates(repeats: int = 3) -> list[tuple[str, float, float | None, float | None]]:
+    """(shape name, MKL GFLOP/s, oneDNN GFLOP/s, oneDNN on the matrix packed for it GFLOP/s) for each shape;
+    None where PyTorch has no oneDNN, and packed only for decoding's shapes (what `+packed` runs)."""
+    from aiayn.decode.packed import MIN_ROWS_HINT, float32_available
+
     rows_out = []
     for name, n, d_in, d_out in SHAPES:
         x, w = torch.randn(n, d_in), torch.randn(d_out, d_in)
         flops = 2 * n * d_in * d_out
         mkl = flops / best_seconds(lambda: F.linear(x, w), repeats) / 1e9
-        onednn = None
+        onednn = packed = None
         if torch.backends.mkldnn.is_available():
-            packed = w.to_mkldnn()
-            onednn = flops / best_seconds(lambda: torch._C._nn.mkldnn_linear(x.to_mkldnn(), packed, None).to_dense(), repeats) / 1e9
-        rows_out.append((name, mkl, onednn))
+            plain = w.to_mkldnn()
+            onednn = flops / best_seconds(lambda: torch._C._nn.mkldnn_linear(x.to_mkldnn(), plain, None).to_dense(), repeats) / 1e9
+        if name.startswith("decode projection") and float32_available():
+            reordered = torch.ops.mkldnn._reorder_linear_weight(w, max(n, MIN_ROWS_HINT))
+            packed = flops / best_seconds(lambda: onednn_linear(x, reordered, None), repeats) / 1e9
+        rows_out.append((name, mkl, onednn, packed))
     return rows_out
 
 
 def print_host_rates(repeats: int = 3) -> None:
     print(f"host GEMM rates, float32, {torch.get_num_threads()} thread(s), GFLOP/s (best of {repeats}):")
-    print("| shape | MKL (F.linear) | oneDNN (mkldnn_linear) |\n| --- | --- | --- |")
-    for name, mkl, onednn in host_rates(repeats):
-        print(f"| {name} | {mkl:.0f} | {'-' if onednn is None else f'{onednn:.0f}'} |")
+    print("| shape | MKL (F.linear) | oneDNN (mkldnn_linear) | oneDNN, packed once |\n| --- | --- | --- | --- |")
+    for name, mkl, onednn, packed in host_rates(repeats):
+        cells = ["-" if r is None else f"{r:.0f}" for r in (onednn, packed)]
+        print(f"| {name} | {mkl:.0f} | {' | '.join(cells)} |")
     print(flush=True)
 
 
 def print_choices(times: int, rows_list: tuple[int, ...] = (128, 32, 4, 1)) -> None:
     """What `Translator.load` measures (`aiayn.decode.backend.measure`) for opus-mt-en-de's shapes, `times`
-    times at each row count: MKL's estimated step time over oneDNN's, and the backend `choose` takes.
-    Shows how far apart the two are on this host against `ONEDNN_MARGIN`, and how much one measurement varies."""
+    times at each row count: MKL's estimated step time over oneDNN's, the step on MKL over the step with the
+    vocabulary packed, and the backend `choose` takes. Shows how far apart they are on this host against
+    `ONEDNN_MARGIN` and `PACKED_MARGIN`, and how much one measurement varies."""
     from aiayn.config import ModelConfig
     from aiayn.decode import backend
 
     config = ModelConfig.preset("base", vocab_size=58101)  # 6+6 layers, d_model 512, d_ff 2048: opus-mt's widths
     print(f"Translator.load's measure, opus-mt-en-de's shapes, {times} times; oneDNN is taken above MKL/oneDNN "
-          f"{backend.ONEDNN_MARGIN}:")
-    print("| rows | MKL / oneDNN step time, each measurement | taken |\n| --- | --- | --- |")
+          f"{backend.ONEDNN_MARGIN}, the packed vocabulary above {backend.PACKED_MARGIN}:")
+    print("| rows | MKL / oneDNN step time, each measurement | MKL / MKL+packed | taken |\n| --- | --- | --- | --- |")
     for rows in rows_list:
-        ratios = []
-        for _ in range(times):
-            seconds = backend.measure(config, rows)
-            ratios.append(seconds["mkl"] / seconds["onednn"] if "onednn" in seconds else 0.0)
-        taken = ["onednn" if r > backend.ONEDNN_MARGIN else "mkl" for r in ratios]
+        measured = [backend.measure(config, rows) for _ in range(times)]
+        ratios = [s["mkl"] / s["onednn"] if "onednn" in s else 0.0 for s in measured]
+        packed = [s["mkl"] / s["mkl+packed"] if "mkl+packed" in s else 0.0 for s in measured]
+        taken = [backend.pick(s) for s in measured]
         counts = ", ".join(f"{name} {taken.count(name)}" for name in sorted(set(taken)))
-        print(f"| {rows} | {' '.join(f'{r:.2f}' for r in ratios)} | {counts} |")
+        print(f"| {rows} | {' '.join(f'{r:.2f}' for r in ratios)} | {' '.join(f'{r:.2f}' for r in packed)} | {counts} |")
     print(flush=True)
 
 

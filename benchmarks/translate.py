@@ -141,16 +141,22 @@ def run_aiayn(work: Path, beam: int, batch_size: int, sources: list[list[int]], 
         maps = MappedReads()
         model = quantize_int8(load_marian_model(work / "marian", unk_id=UNK, read=maps.read), release=maps.release)
         maps.detach(model)
-        gemm = "mkl"
+        for_decoding(model)
     else:  # the GEMM backend measured on the model's shapes (or AIAYN_GEMM), as Translator.load chooses it
         from aiayn.decode import backend
-        from aiayn.io import read_column_major, read_safetensors
+        from aiayn.decode.layout import reader
+        from aiayn.decode.vocabulary import is_packed
+        from aiayn.io import MappedReads
         from aiayn.marian.convert import model_config
 
-        gemm = backend.choose(model_config(work / "marian"), rows=min(128, beam * batch_size))
-        model = load_marian_model(work / "marian", unk_id=UNK, read=read_column_major if gemm == "mkl" else read_safetensors)
+        config, rows = model_config(work / "marian"), min(128, beam * batch_size)
+        gemm, maps = backend.choose(config, rows), MappedReads()
+        model = load_marian_model(work / "marian", unk_id=UNK, read=reader(gemm, config.target_vocab_size, maps))
+        for_decoding(model, gemm, rows, release=maps.release)
+        maps.detach(model)
+        if backend.packs_vocabulary(gemm) and not is_packed(model):  # a layout vocabulary.py does not read
+            gemm = backend.layers_of(gemm)
         print(f"aiayn float32 decodes with {gemm}", file=sys.stderr, flush=True)
-    for_decoding(model, gemm)
 
     class NoEos(TransformerStep):  # as HF's min_new_tokens and CTranslate2's min_decoding_length
         def step(self, tokens, cache):

@@ -13,7 +13,9 @@ import torch
 from aiayn import ONEDNN_CACHE_ENTRIES, ModelConfig, Transformer
 from aiayn.data.corpus import read_lines
 from aiayn.decode import backend
+from aiayn.decode.packed import pack_float32
 from aiayn.decode.translate import Translator
+from aiayn.decode.vocabulary import PackedProjection
 from aiayn.io import save_model
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k"
@@ -36,17 +38,23 @@ def model_dir(tmp_path_factory):
 def test_each_backend_forced_gives_the_same_translations_and_logits(model_dir, monkeypatch):
     sentences = read_lines(DATA / "test_2016_flickr.en.gz")[:40]
     translators = {name: Translator.load(model_dir, gemm=name) for name in backend.BACKENDS}
-    assert {name: t.gemm for name, t in translators.items()} == {"mkl": "mkl", "onednn": "onednn"}
+    assert {name: t.gemm for name, t in translators.items()} == {name: name for name in backend.BACKENDS}
     assert type(translators["onednn"].model.output_proj) is backend.OneDnnProjection
     assert type(translators["onednn"].model.encoder.layers[0].ffn.fc1) is backend.OneDnnLinear
+    for name in ("mkl+packed", "onednn+packed"):  # the vocabulary held once, packed: the embeddings read it
+        model = translators[name].model
+        assert type(model.output_proj) is PackedProjection and model.logits_bias is not None
+        assert model.encoder.embed.vocabulary is model.decoder.embed.vocabulary is model.output_proj.vocabulary
+        assert not any(p.size(0) == model.config.target_vocab_size for p in model.parameters())
+    assert type(translators["onednn+packed"].model.encoder.layers[0].ffn.fc1) is backend.OneDnnLinear
     for beam in (1, 4):
         texts = {name: t.translate(sentences, beam_size=beam) for name, t in translators.items()}
-        assert texts["mkl"] == texts["onednn"]
+        assert all(texts[name] == texts["mkl"] for name in backend.BACKENDS)
     src = torch.randint(4, 200, (5, 9))
     tgt = torch.randint(4, 200, (5, 7))
     with torch.inference_mode():
         logits = {name: t.model(src, tgt) for name, t in translators.items()}
-    assert (logits["mkl"] - logits["onednn"]).abs().max() < 1e-4
+    assert all((logits[name] - logits["mkl"]).abs().max() < 1e-4 for name in backend.BACKENDS)
     monkeypatch.setenv(backend.ENV, "onednn")  # the environment forces it too
     assert Translator.load(model_dir).gemm == "onednn"
     monkeypatch.setenv(backend.ENV, "fast")
@@ -56,7 +64,7 @@ def test_each_backend_forced_gives_the_same_translations_and_logits(model_dir, m
 
 def test_auto_measures_both_and_takes_the_faster(model_dir, monkeypatch):
     seconds = backend.measure(ModelConfig.preset("tiny", vocab_size=300), rows=8, repeats=1)
-    assert set(seconds) == {"mkl", "onednn"} and all(s > 0 for s in seconds.values())
+    assert set(seconds) == set(backend.BACKENDS) and all(s > 0 for s in seconds.values())
     monkeypatch.delenv(backend.ENV, raising=False)
     monkeypatch.setattr(backend, "measure", lambda config, rows, repeats=3: {"mkl": 2.0, "onednn": 1.0})
     assert Translator.load(model_dir).gemm == "onednn"
@@ -75,6 +83,73 @@ def test_auto_takes_onednn_only_where_it_is_clearly_faster(monkeypatch):
     monkeypatch.setattr(backend, "measure", lambda config, rows, repeats=3: clear)
     assert backend.choose(config, rows=128) == "onednn"
     assert backend.choose(config, rows=128, option="mkl") == "mkl"  # forcing still wins
+
+
+def test_auto_packs_the_vocabulary_only_where_the_step_is_clearly_faster(model_dir, monkeypatch):
+    """Packed, the vocabulary's logits come back as a fresh tensor each step (PACKED_MARGIN)."""
+    config = ModelConfig.preset("tiny", vocab_size=300)
+    monkeypatch.delenv(backend.ENV, raising=False)
+    batch_one = {"mkl": 9.0, "onednn": 8.5, "mkl+packed": 6.0, "onednn+packed": 5.5}  # few rows: packed wins by far
+    monkeypatch.setattr(backend, "measure", lambda config, rows, repeats=3: batch_one)
+    assert backend.choose(config, rows=4) == "mkl+packed"  # oneDNN's layers are not 1.25x faster: MKL's stay
+    many_rows = {"mkl": 60.0, "onednn": 66.0, "mkl+packed": 59.0, "onednn+packed": 65.0}  # level: not taken
+    monkeypatch.setattr(backend, "measure", lambda config, rows, repeats=3: many_rows)
+    assert backend.choose(config, rows=128) == "mkl"
+    epyc = {"mkl": 20.0, "onednn": 10.0, "mkl+packed": 16.0, "onednn+packed": 6.0}
+    monkeypatch.setattr(backend, "measure", lambda config, rows, repeats=3: epyc)
+    assert backend.choose(config, rows=4) == "onednn+packed"
+    monkeypatch.setattr(backend, "measure", lambda config, rows, repeats=3: batch_one)
+    translator = Translator.load(model_dir, batch_size=1)
+    assert translator.gemm == "mkl+packed" and type(translator.model.output_proj) is PackedProjection
+
+
+@pytest.mark.parametrize("V, D", [(300, 64), (1003, 250), (37, 48)])
+def test_packed_float32_reads_back_every_row_and_multiplies_as_the_plain_matrix(V, D):
+    weight = torch.randn(V, D)
+    packed = pack_float32(weight, rows_hint=4)
+    assert packed is not None
+    ids = torch.randint(0, V, (3, 5))
+    assert torch.equal(packed.rows(ids), weight[ids])
+    assert packed.blocks.untyped_storage().data_ptr() == torch.ops.mkldnn.data_ptr(packed.packed)  # no copy
+    for rows in (1, 4, 33):
+        x, bias = torch.randn(rows, D), torch.randn(V)
+        assert torch.allclose(packed.product(x, bias), x @ weight.t() + bias, atol=1e-4)
+
+
+def test_packing_reads_a_mapped_matrix_a_block_at_a_time_and_checks_the_layout_by_a_product(tmp_path, monkeypatch):
+    """The vocabulary is packed from its file's map, released after each block (never all in memory beside
+    its packing), and a layout that oneDNN does not use is caught by the product check: no packing then."""
+    from safetensors.torch import save_file
+
+    from aiayn.decode import packed as packed_module
+    from aiayn.io import MappedReads
+
+    weight = torch.randn(1000, 96)
+    save_file({"vocab": weight}, tmp_path / "w.safetensors")
+    maps = MappedReads()
+    mapped = maps.read(tmp_path / "w.safetensors")["vocab"]
+    releases = []
+    packed = pack_float32(mapped, rows_hint=4, rows_at_once=256, release=lambda: releases.append(1))
+    assert packed is not None and len(releases) == 4  # 1,000 rows, 256 at a time
+    assert torch.equal(packed.rows(torch.arange(1000)), weight)
+    monkeypatch.setattr(packed_module, "_layout", lambda *args: (16, 1))  # the wrong block width
+    assert pack_float32(weight, rows_hint=4) is None
+
+
+@pytest.mark.skipif(not Path("/proc/self/maps").exists(), reason="reads the process's maps from /proc (Linux)")
+def test_a_packed_translator_holds_nothing_of_the_file_and_one_vocabulary(model_dir):
+    import gc
+
+    translator = Translator.load(model_dir, gemm="mkl+packed")
+    model = translator.model
+    V = model.config.target_vocab_size
+    gc.collect()
+    weights = str(Path(model_dir) / "model.safetensors")
+    assert not [line for line in Path("/proc/self/maps").read_text().splitlines() if line.endswith(weights)]  # no map left
+    assert not [t for t in (*model.parameters(), *model.buffers()) if t.dim() == 2 and t.size(0) == V]  # no (V, D) matrix
+    ids = torch.tensor([[5, 6, 7]])
+    plain = Translator.load(model_dir, gemm="mkl").model
+    assert torch.equal(model.encoder.embed(ids), plain.encoder.embed(ids))
 
 
 PRODUCTS_OF_MANY_SHAPES = """

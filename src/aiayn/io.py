@@ -32,7 +32,8 @@ DTYPES = {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF1
 Reader = Callable[[Path], dict[str, Tensor]]  # a safetensors file -> its tensors; loaders take one explicitly
 
 
-def read_safetensors(path: str | Path, column_major: bool = False, chunk_bytes: int = 8 << 20) -> dict[str, Tensor]:
+def read_safetensors(path: str | Path, column_major: bool = False, chunk_bytes: int = 8 << 20,
+                     maps: MappedReads | None = None, mapped: Callable[[list[int]], bool] | None = None) -> dict[str, Tensor]:
     """The tensors of a safetensors file, read into memory once (not memory-mapped).
 
     column_major=True stores every matrix transposed, `t.t().contiguous().t()`: the same shape and
@@ -40,12 +41,18 @@ def read_safetensors(path: str | Path, column_major: bool = False, chunk_bytes: 
     Such a matrix is read chunk_bytes at a time straight into its place, so loading never holds a
     second copy of the weights, and no file pages are counted as the process's memory afterwards.
     Aliases that safetensors dropped when saving (shared tensors) come back as the same tensor.
+    With maps, the tensors whose shape `mapped` picks are left as views of maps' private map of the
+    file instead, read later by whoever converts them (the vocabulary packed for decoding).
     """
     path = Path(path)
+    views = maps.read(path) if maps is not None and mapped is not None else {}
     with open(path, "rb") as f:
         start, header, metadata = _read_header(f, path)
         tensors = {}
         for name, info in sorted(header.items(), key=lambda item: item[1]["data_offsets"][0]):
+            if name in views and mapped(info["shape"]):
+                tensors[name] = views[name]
+                continue
             f.seek(start + info["data_offsets"][0])
             where = f"{path}: {name}"
             tensors[name] = _read_tensor(f, DTYPES[info["dtype"]], info["shape"], column_major, chunk_bytes, where)

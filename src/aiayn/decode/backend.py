@@ -5,14 +5,20 @@ through `torch.ops.mkldnn._linear_pointwise`. Which is faster depends on the hos
 AMD EPYC machines MKL reaches about half of oneDNN's rate for decoding's few-row products, on
 others it is the faster (docs/translation.md). So `choose` measures both on the model's own shapes
 (a few products, well under a second) when a `Translator` loads and takes oneDNN where it is clearly
-the faster (`ONEDNN_MARGIN`), unless a backend is forced by an
-option or by the environment variable AIAYN_GEMM (mkl, onednn), so that a run can be reproduced.
+the faster (`ONEDNN_MARGIN`). With few rows (batch 1) the vocabulary's product is the larger part of
+a step, and oneDNN runs it 1.5-2x faster on a matrix packed once for it than either backend on the
+plain one; so the same measurement also times the packed vocabulary, and "+packed" is added where it
+makes the step's products clearly faster (`PACKED_MARGIN`). A backend can be forced by an option or
+by the environment variable AIAYN_GEMM (mkl, onednn, mkl+packed, onednn+packed), so that a run can be reproduced.
 Under torch.distributed every rank takes rank 0's choice. Both compute x W^T + b in float32: the
 logits agree to rounding (tests/test_backend.py), the translations are the same.
 
 - "mkl": matrices stored column-major (`layout.for_decoding`), so x W^T is MKL's NN product.
 - "onednn": matrices kept as stored (row-major); every linear layer and the pre-softmax projection
   replaced by modules that call oneDNN with the same tensors (no second copy of any weight).
+- "+packed": the vocabulary matrix (§3.4: the embeddings' and the projection's) packed once for
+  oneDNN's float32 product and held only so; the embeddings read their rows out of the packing
+  (`vocabulary.py`, `packed.py`). The linear layers as in "mkl" or "onednn".
 """
 
 from __future__ import annotations
@@ -26,8 +32,9 @@ from torch import Tensor, nn
 
 from ..config import ModelConfig
 from ..model import OutputProjection
+from .packed import MIN_ROWS_HINT, float32_available
 
-BACKENDS = ("mkl", "onednn")
+BACKENDS = ("mkl", "onednn", "mkl+packed", "onednn+packed")
 ENV = "AIAYN_GEMM"
 # oneDNN is taken only where its products measure at least this much faster than MKL's. The products
 # alone do not show one cost: oneDNN returns the (rows, V) logits as a new tensor each step, where the
@@ -37,6 +44,21 @@ ENV = "AIAYN_GEMM"
 # and in decoding MKL was 4-11% faster at beam 4, batch 32 and peaked 100 MiB lower; where oneDNN wins
 # (2-core EPYC hosts: 1.5-2.5x MKL's rate at 4-128 rows), it wins by far more than this (docs/translation.md).
 ONEDNN_MARGIN = 1.25
+# The packed vocabulary is taken where the step's products measure at least this much faster with it.
+# It too returns fresh logits each step, but it wins where they are small: at 4 rows x 58,101 (beam 4,
+# batch 1) its product ran at 72 GFLOP/s against MKL's 38; at 32 and 128 rows within 6% of MKL's
+# (2-core AMX host, docs/translation.md).
+PACKED_MARGIN = 1.2
+FEW_ROWS = 16  # up to this many rows a step's products are bound by memory: `measure` reads the whole vocabulary
+
+
+def layers_of(name: str) -> str:
+    """The backend of the linear layers: "mkl" or "onednn"."""
+    return name.split("+")[0]
+
+
+def packs_vocabulary(name: str) -> bool:
+    return name.endswith("+packed")
 
 
 def onednn_available() -> bool:
@@ -83,33 +105,61 @@ def forced(option: str | None = None) -> str | None:
     if name not in BACKENDS:
         where = "the gemm option" if option not in (None, "auto") else f"{ENV}"
         raise ValueError(f"{where}: unknown GEMM backend {name!r}; choose auto, {', '.join(BACKENDS)}")
-    if name == "onednn" and not onednn_available():
-        raise ValueError("GEMM backend onednn: this PyTorch build has no oneDNN")
+    if layers_of(name) == "onednn" and not onednn_available():
+        raise ValueError(f"GEMM backend {name}: this PyTorch build has no oneDNN")
+    if packs_vocabulary(name) and not float32_available():
+        raise ValueError(f"GEMM backend {name}: this PyTorch build cannot pack a matrix for oneDNN")
     return name
 
 
 def measure(config: ModelConfig, rows: int, repeats: int = 3) -> dict[str, float]:
-    """Seconds per decoding step's products on each backend, estimated from one FFN matrix and a slice of the projection.
+    """Seconds per decoding step's products on each backend, estimated from one FFN matrix and the projection.
 
-    Random matrices of the model's widths stand in for its weights (rates depend on shapes, not on
-    values): (rows, d_model) times W_1 (d_ff, d_model) and times up to 16,384 rows of the vocabulary.
-    Each time is scaled to its share of a step: the decoder layers' per-step weights (6 d_model^2 +
-    2 d_model d_ff a layer: self-attention, encoder-decoder queries and output, FFN) over W_1's, and
-    the whole vocabulary over the slice.
+    Matrices of the model's widths stand in for its weights (rates depend on shapes, not on values):
+    (rows, d_model) times W_1 (d_ff, d_model) and times the vocabulary, plain and (where oneDNN can)
+    packed. With up to `FEW_ROWS` rows the product streams the whole vocabulary from memory at every
+    step, so the whole of it is measured (a slice stays in the cache and shows a rate decoding does not
+    get: MKL 4.2 against 6.3 ms a step at 4 rows on a 2-core AMX host); with more rows the product is
+    bound by arithmetic and 16,384 of its rows show the rate. Each time is scaled to its share of a
+    step: the decoder layers' per-step weights (6 d_model^2 + 2 d_model d_ff a layer: self-attention,
+    encoder-decoder queries and output, FFN) over W_1's, and the whole vocabulary over the rows measured.
     """
     generator = torch.Generator().manual_seed(0)
-    D, F, V = config.d_model, config.decoder.d_ff, min(config.target_vocab_size, 16384)
+    D, F, V = config.d_model, config.decoder.d_ff, config.target_vocab_size
+    measured = V if rows <= FEW_ROWS else min(V, 16384)
     layers = config.decoder.layers * (6 * D * D + 2 * D * F) / (F * D)  # a step's decoder weights, in W_1s
-    vocab = config.target_vocab_size / V
     x = torch.randn(rows, D, generator=generator)
-    weights = [torch.randn(F, D, generator=generator), torch.randn(V, D, generator=generator)]
-    columns = [w.t().contiguous().t() for w in weights]  # MKL's layout (layout.column_major)
-    runs = {"mkl": (lambda: x @ columns[0].t(), lambda: x @ columns[1].t())}
-    if onednn_available():
-        runs["onednn"] = (lambda: onednn_linear(x, weights[0], None), lambda: onednn_linear(x, weights[1], None))
+    w1 = torch.randn(F, D, generator=generator)
+    w1_columns = w1.t().contiguous().t()  # MKL's layout (layout.column_major)
     with torch.inference_mode():
-        return {name: layers * best_seconds(ffn, repeats) + vocab * best_seconds(projection, repeats)
-                for name, (ffn, projection) in runs.items()}
+        ffn = {"mkl": layers * best_seconds(lambda: x @ w1_columns.t(), repeats)}
+        if onednn_available():
+            ffn["onednn"] = layers * best_seconds(lambda: onednn_linear(x, w1, None), repeats)
+        projection = {name: V / measured * s for name, s in projection_seconds(x, measured, repeats).items()}
+    seconds = {name: ffn[name] + projection[name] for name in ffn}
+    if "packed" in projection:
+        seconds.update({f"{name}+packed": ffn[name] + projection["packed"] for name in ffn})
+    return seconds
+
+
+def projection_seconds(x: Tensor, V: int, repeats: int) -> dict[str, float]:
+    """Seconds of x (N, D) times a (V, D) matrix: "mkl" column-major, "onednn" row-major, "packed" packed for oneDNN.
+
+    One matrix at a time besides the one it is made from (at most two vocabulary-sized matrices: loading the
+    model, after this, takes more), filled with a constant: random values would cost more than the products.
+    """
+    D, seconds = x.size(1), {}
+    plain = torch.full((V, D), 0.5)  # (V, D), as stored
+    if onednn_available():
+        seconds["onednn"] = best_seconds(lambda: onednn_linear(x, plain, None), repeats)
+    if float32_available():  # packed as `packed.pack_float32` packs the vocabulary
+        packed = torch.ops.mkldnn._reorder_linear_weight(plain, max(x.size(0), MIN_ROWS_HINT))
+        seconds["packed"] = best_seconds(lambda: onednn_linear(x, packed, None), repeats)
+        del packed
+    columns = plain.t().contiguous().t()  # MKL's layout (layout.column_major)
+    del plain
+    seconds["mkl"] = best_seconds(lambda: x @ columns.t(), repeats)
+    return seconds
 
 
 def best_seconds(run, repeats: int) -> float:
@@ -134,15 +184,22 @@ def rank_zeros(name: str) -> str:
 
 def choose(config: ModelConfig, rows: int, option: str | None = None) -> str:
     """The backend for decoding this model on this CPU: forced (option, AIAYN_GEMM) or the faster measured,
-    where oneDNN must be `ONEDNN_MARGIN` times faster to be taken.
+    where oneDNN must be `ONEDNN_MARGIN` times faster to be taken, and the packed vocabulary `PACKED_MARGIN`.
 
     Every rank of a torch.distributed job gets rank 0's answer, so that one job decodes one way.
     """
     name = forced(option)
     if name is None:
-        seconds = measure(config, rows)
-        name = "onednn" if "onednn" in seconds and seconds["onednn"] * ONEDNN_MARGIN < seconds["mkl"] else "mkl"
+        name = pick(measure(config, rows))
     return rank_zeros(name)
+
+
+def pick(seconds: dict[str, float]) -> str:
+    """The backend `choose` takes for these measured step times: oneDNN's layers only where `ONEDNN_MARGIN`
+    times faster than MKL's, then the packed vocabulary only where it makes that `PACKED_MARGIN` times faster."""
+    name = "onednn" if "onednn" in seconds and seconds["onednn"] * ONEDNN_MARGIN < seconds["mkl"] else "mkl"
+    packed = seconds.get(f"{name}+packed")
+    return f"{name}+packed" if packed is not None and packed * PACKED_MARGIN < seconds[name] else name
 
 
 def use_onednn(model: nn.Module) -> None:

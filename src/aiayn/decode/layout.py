@@ -15,13 +15,19 @@ buffered pre-softmax projection (`projection.py`) and decoder self-attention (`a
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from functools import partial
+
 import torch
 from torch import Tensor, nn
 
+from ..io import MappedReads, Reader, read_safetensors
+
 from ..model import DotProductAttention, OutputProjection, Transformer
 from .attention import OneQueryAttention
-from .backend import use_onednn
+from .backend import layers_of, packs_vocabulary, use_onednn
 from .projection import BufferedProjection
+from .vocabulary import pack_vocabulary
 
 
 def is_column_major(t: Tensor) -> bool:
@@ -35,16 +41,21 @@ def column_major(t: Tensor) -> Tensor:
 
 
 @torch.no_grad()
-def for_decoding(model: Transformer, gemm: str = "mkl") -> Transformer:
+def for_decoding(model: Transformer, gemm: str = "mkl", rows: int = 4, release: Callable[[], None] | None = None) -> Transformer:
     """The model, in place, made ready for decoding: eval mode, and on a CPU decoding's own modules in
     place (one-query self-attention; the projection into a buffer), an all-zero logits bias (Marian
     checkpoints carry one) dropped, which adds nothing but a pass over the (N, V) logits at every
     step, and the matrices laid out for the GEMM backend (`backend.py`): column-major for "mkl",
-    as stored with oneDNN's modules for "onednn". The model must not be trained afterwards.
+    as stored with oneDNN's modules for "onednn"; with "+packed", the vocabulary packed for oneDNN's
+    product with about `rows` rows (`vocabulary.py`; kept plain where it cannot be packed; release is
+    passed on to `pack_vocabulary`). The model must not be trained afterwards.
     """
     model.eval()
     if next(model.parameters()).device.type != "cpu":
         return model
+    if packs_vocabulary(gemm) and type(model.output_proj) is OutputProjection:  # first: the plain matrix is not laid out
+        pack_vocabulary(model, rows, release)
+    gemm = layers_of(gemm)
     layout = column_major if gemm == "mkl" else row_major
     for module in model.modules():  # a tied embedding is one module, converted once
         for name, param in list(module.named_parameters(recurse=False)):
@@ -61,6 +72,16 @@ def for_decoding(model: Transformer, gemm: str = "mkl") -> Transformer:
         if type(attention) is DotProductAttention:
             layer.self_attn.attention = OneQueryAttention(attention.p_drop)
     return model
+
+
+def reader(gemm: str, vocab_size: int, maps: MappedReads) -> Reader:
+    """How to read a model's weights for decoding with this backend (`backend.py`): matrices column-major
+    for MKL's layers; with "+packed", the (vocab_size, D) vocabulary left mapped in maps, to be packed a
+    block at a time (`vocabulary.pack_vocabulary`, then `maps.detach`): never a second copy in memory."""
+    column = layers_of(gemm) == "mkl"
+    if not packs_vocabulary(gemm):
+        return partial(read_safetensors, column_major=column)
+    return partial(read_safetensors, column_major=column, maps=maps, mapped=lambda shape: len(shape) == 2 and shape[0] == vocab_size)
 
 
 def row_major(t: Tensor) -> Tensor:

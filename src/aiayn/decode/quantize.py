@@ -24,6 +24,7 @@ from ..model import Transformer
 from ..model.embedding import TokenEmbedding
 from .packed import pack
 from .projection import LogitsBuffer
+from .vocabulary import VocabularyEmbedding
 
 
 class Int8Vocabulary(nn.Module):
@@ -88,15 +89,7 @@ class Int8Vocabulary(nn.Module):
         return out if bias is None else out.add_(bias)
 
 
-class Int8Embedding(nn.Module):
-    """TokenEmbedding (§3.4) reading its rows from an Int8Vocabulary."""
-
-    def __init__(self, vocabulary: Int8Vocabulary, scale: float):
-        super().__init__()
-        self.vocabulary, self.scale = vocabulary, scale
-
-    def forward(self, ids: Tensor) -> Tensor:
-        return self.vocabulary.rows(ids) * self.scale  # (B, T) -> (B, T, D)
+Int8Embedding = VocabularyEmbedding  # TokenEmbedding (§3.4) reading its rows from an Int8Vocabulary
 
 
 class Int8Projection(nn.Module):

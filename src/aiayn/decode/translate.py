@@ -18,7 +18,8 @@ from ..config import DecodeConfig
 from ..model import Transformer
 from .beam import Hypothesis, beam_search
 from .greedy import greedy_hypotheses
-from .layout import for_decoding
+from .layout import for_decoding, reader
+from .vocabulary import is_packed
 from .sampling import sample
 
 
@@ -82,10 +83,11 @@ class Translator:
              **options: Any) -> Translator:
         """An aiayn model directory, or a Hugging Face Marian one; options override its decoding defaults.
 
-        gemm: the float32 matrix-product backend on a CPU, "mkl" or "onednn"; None or "auto": the
-        AIAYN_GEMM environment variable, else the faster one measured on this model's shapes (backend.py).
+        gemm: the float32 matrix-product backend on a CPU, "mkl" or "onednn", either with "+packed" (the
+        vocabulary packed for oneDNN); None or "auto": the AIAYN_GEMM environment variable, else the
+        fastest measured on this model's shapes (backend.py).
         """
-        from ..io import MappedReads, read_column_major, read_safetensors
+        from ..io import MappedReads
         from ..marian import load_any
         from ..marian.convert import model_config
         from . import backend
@@ -101,17 +103,25 @@ class Translator:
             gemm = "int8"
         elif torch.device(device).type == "cpu":
             rows = min(128, (options.get("batch_size") or 32) * (options.get("beam_size") or 4))
-            gemm = backend.choose(model_config(path), rows, gemm)  # before loading: it decides the layout
-            model, tokenizer, defaults = load_any(path, device, read=read_column_major if gemm == "mkl" else read_safetensors)
+            config = model_config(path)
+            gemm = backend.choose(config, rows, gemm)  # before loading: it decides the layout
+            maps = MappedReads()
+            model, tokenizer, defaults = load_any(path, device, read=reader(gemm, config.target_vocab_size, maps))
         else:  # a GPU: its own libraries
             model, tokenizer, defaults = load_any(path, device)
             gemm = None
-        for_decoding(model, gemm if gemm in backend.BACKENDS else "mkl")  # the model is this translator's own
+        if gemm in backend.BACKENDS:  # the model is this translator's own
+            for_decoding(model, gemm, rows, release=maps.release)
+            maps.detach(model)  # the vocabulary is packed by now; a matrix that could not be is copied out
+            if backend.packs_vocabulary(gemm) and not is_packed(model):
+                gemm = backend.layers_of(gemm)  # a packed layout that vocabulary.py does not read: kept plain
+        else:
+            for_decoding(model)
         defaults = defaults or DecodeConfig()
         search = {k: v for k, v in options.items() if k in DecodeConfig.__dataclass_fields__ and v is not None}
         batching = {k: v for k, v in options.items() if k not in search and v is not None}
         translator = cls(model, tokenizer, defaults.replace(**search), device, **batching)
-        translator.gemm = gemm  # what the products run on: "mkl", "onednn", "int8", or None off the CPU
+        translator.gemm = gemm  # what the products run on: "mkl", "onednn" (either "+packed"), "int8", or None off the CPU
         return translator
 
     def decode_config(self, **options: Any) -> DecodeConfig:
