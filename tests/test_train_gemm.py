@@ -62,6 +62,8 @@ def test_the_choice_forced_kept_or_measured(monkeypatch):
     assert gemm.choose("onednn", tiny, cpu, None, compiled=True) == "mkl"  # so does the compiler
     monkeypatch.setenv(backend.ENV, "onednn")
     assert gemm.choose("auto", tiny, cpu, None, kept="mkl") == "onednn"
+    monkeypatch.setenv(backend.ENV, "onednn+packed")  # decoding's packed vocabulary: training takes the layers' part
+    assert gemm.choose("auto", tiny, cpu, None, kept="mkl") == "onednn"
     with pytest.raises(ValueError, match="train.gemm: 'blas' is not one of auto, mkl, onednn"):
         gemm.choose("blas", tiny, cpu, None)
 

@@ -34,7 +34,8 @@ from ..config import ModelConfig
 from ..model import OutputProjection
 from .packed import MIN_ROWS_HINT, float32_available
 
-BACKENDS = ("mkl", "onednn", "mkl+packed", "onednn+packed")
+LAYER_BACKENDS = ("mkl", "onednn")  # what runs the linear layers (training's choice too: train/gemm.py)
+BACKENDS = (*LAYER_BACKENDS, "mkl+packed", "onednn+packed")
 ENV = "AIAYN_GEMM"
 # oneDNN is taken only where its products measure at least this much faster than MKL's. The products
 # alone do not show one cost: oneDNN returns the (rows, V) logits as a new tensor each step, where the

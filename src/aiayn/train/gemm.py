@@ -30,9 +30,10 @@ from torch.overrides import TorchFunctionMode
 
 from ..config import ModelConfig
 from ..decode.backend import (
-    BACKENDS,
+    LAYER_BACKENDS as BACKENDS,
     best_seconds,
     forced,
+    layers_of,
     onednn_available,
     onednn_linear,
     rank_zeros,
@@ -123,7 +124,8 @@ def choose(option: str, config: ModelConfig, device: torch.device, dtype: torch.
         raise ValueError(f"train.gemm: {option!r} is not one of {', '.join(CHOICES)}")
     if device.type != "cpu" or dtype is not None or compiled:
         return "mkl"
-    name = forced(option) or kept or None
+    name = forced(option)
+    name = layers_of(name) if name else kept or None  # AIAYN_GEMM=mkl+packed: decoding's packed vocabulary; MKL here
     if name is None and measured_flop(config) < MIN_FLOP:
         name = "mkl"
     if name is None:
