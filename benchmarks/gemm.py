@@ -71,13 +71,14 @@ def print_choices(times: int, rows_list: tuple[int, ...] = (128, 32, 4, 1)) -> N
 
     config = ModelConfig.preset("base", vocab_size=58101)  # 6+6 layers, d_model 512, d_ff 2048: opus-mt's widths
     print(f"Translator.load's measure, opus-mt-en-de's shapes, {times} times; oneDNN is taken above MKL/oneDNN "
-          f"{backend.ONEDNN_MARGIN}, the packed vocabulary above {backend.PACKED_MARGIN}:")
+          f"{backend.ONEDNN_MARGIN}, the packed vocabulary above 1 (above {backend.PACKED_MARGIN} where its logits "
+          f"exceed {backend.FRESH_LOGITS_FREE >> 20} MiB):")
     print("| rows | MKL / oneDNN step time, each measurement | MKL / MKL+packed | taken |\n| --- | --- | --- | --- |")
     for rows in rows_list:
         measured = [backend.measure(config, rows) for _ in range(times)]
         ratios = [s["mkl"] / s["onednn"] if "onednn" in s else 0.0 for s in measured]
         packed = [s["mkl"] / s["mkl+packed"] if "mkl+packed" in s else 0.0 for s in measured]
-        taken = [backend.pick(s) for s in measured]
+        taken = [backend.pick(s, logits_bytes=4 * rows * config.target_vocab_size) for s in measured]
         counts = ", ".join(f"{name} {taken.count(name)}" for name in sorted(set(taken)))
         print(f"| {rows} | {' '.join(f'{r:.2f}' for r in ratios)} | {' '.join(f'{r:.2f}' for r in packed)} | {counts} |")
     print(flush=True)

@@ -8,8 +8,8 @@ others it is the faster (docs/translation.md). So `choose` measures both on the 
 the faster (`ONEDNN_MARGIN`). With few rows (batch 1) the vocabulary's product is the larger part of
 a step, and oneDNN runs it 1.5-2x faster on a matrix packed once for it than either backend on the
 plain one; so the same measurement also times the packed vocabulary, and "+packed" is added where it
-makes the step's products clearly faster (`PACKED_MARGIN`). A backend can be forced by an option or
-by the environment variable AIAYN_GEMM (mkl, onednn, mkl+packed, onednn+packed), so that a run can be reproduced.
+makes the step's products faster (by `PACKED_MARGIN` where its fresh logits each step are large). A
+backend can be forced by an option or by the environment variable AIAYN_GEMM (mkl, onednn, mkl+packed, onednn+packed), so that a run can be reproduced.
 Under torch.distributed every rank takes rank 0's choice. Both compute x W^T + b in float32: the
 logits agree to rounding (tests/test_backend.py), the translations are the same.
 
@@ -45,12 +45,15 @@ ENV = "AIAYN_GEMM"
 # and in decoding MKL was 4-11% faster at beam 4, batch 32 and peaked 100 MiB lower; where oneDNN wins
 # (2-core EPYC hosts: 1.5-2.5x MKL's rate at 4-128 rows), it wins by far more than this (docs/translation.md).
 ONEDNN_MARGIN = 1.25
-# The packed vocabulary is taken where the step's products measure at least this much faster with it.
-# It too returns fresh logits each step, but it wins where they are small: at 4 rows x 58,101 (beam 4,
-# batch 1) its product ran at 72 GFLOP/s against MKL's 38; at 32 and 128 rows within 6% of MKL's
-# (2-core AMX host, docs/translation.md).
-PACKED_MARGIN = 1.2
-FEW_ROWS = 16  # up to this many rows a step's products are bound by memory: `measure` reads the whole vocabulary
+# The packed vocabulary too returns each step's logits as a new tensor. Where they are small that costs
+# nothing measurable, and packing is taken wherever it measures faster: up to `FRESH_LOGITS_FREE` bytes of
+# logits (greedy at batch 32 with opus-mt's 58,101 pieces: 7.1 MiB; 1.07-1.09x faster decoding with it on a
+# 2-core AMX host), or where the layers' backend (oneDNN) returns fresh logits anyway. Larger, in place of
+# MKL's reused buffer, it must measure `PACKED_MARGIN` times faster: at beam 4, batch 32 (28 MiB) the two
+# products measured level and decoding with the packed vocabulary was 4-5% slower (docs/translation.md).
+FRESH_LOGITS_FREE = 8 << 20
+PACKED_MARGIN = ONEDNN_MARGIN
+FEW_ROWS = 32  # up to this many rows a step's products are bound by memory: `measure` reads the whole vocabulary
 
 
 def layers_of(name: str) -> str:
@@ -185,22 +188,24 @@ def rank_zeros(name: str) -> str:
 
 def choose(config: ModelConfig, rows: int, option: str | None = None) -> str:
     """The backend for decoding this model on this CPU: forced (option, AIAYN_GEMM) or the faster measured,
-    where oneDNN must be `ONEDNN_MARGIN` times faster to be taken, and the packed vocabulary `PACKED_MARGIN`.
+    where oneDNN must be `ONEDNN_MARGIN` times faster to be taken (and the packed vocabulary: `pick`).
 
     Every rank of a torch.distributed job gets rank 0's answer, so that one job decodes one way.
     """
     name = forced(option)
     if name is None:
-        name = pick(measure(config, rows))
+        name = pick(measure(config, rows), logits_bytes=4 * rows * config.target_vocab_size)
     return rank_zeros(name)
 
 
-def pick(seconds: dict[str, float]) -> str:
-    """The backend `choose` takes for these measured step times: oneDNN's layers only where `ONEDNN_MARGIN`
-    times faster than MKL's, then the packed vocabulary only where it makes that `PACKED_MARGIN` times faster."""
+def pick(seconds: dict[str, float], logits_bytes: int) -> str:
+    """The backend `choose` takes for these measured step times, a step's float32 logits being logits_bytes:
+    oneDNN's layers only where `ONEDNN_MARGIN` times faster than MKL's; then the packed vocabulary where it
+    is faster, and by `PACKED_MARGIN` where it would replace MKL's buffer for more than `FRESH_LOGITS_FREE`."""
     name = "onednn" if "onednn" in seconds and seconds["onednn"] * ONEDNN_MARGIN < seconds["mkl"] else "mkl"
     packed = seconds.get(f"{name}+packed")
-    return f"{name}+packed" if packed is not None and packed * PACKED_MARGIN < seconds[name] else name
+    margin = PACKED_MARGIN if name == "mkl" and logits_bytes > FRESH_LOGITS_FREE else 1.0
+    return f"{name}+packed" if packed is not None and packed * margin < seconds[name] else name
 
 
 def use_onednn(model: nn.Module) -> None:
