@@ -9,7 +9,8 @@ the faster (`ONEDNN_MARGIN`). With few rows (batch 1) the vocabulary's product i
 a step, and oneDNN runs it 1.5-2x faster on a matrix packed once for it than either backend on the
 plain one; so the same measurement also times the packed vocabulary, and "+packed" is added where it
 makes the step's products faster (by `PACKED_MARGIN` where its fresh logits each step are large). A
-backend can be forced by an option or by the environment variable AIAYN_GEMM (mkl, onednn, mkl+packed, onednn+packed), so that a run can be reproduced.
+backend can be forced by an option or by the environment variable AIAYN_GEMM (mkl, onednn,
+mkl+packed, onednn+packed), so that a run can be reproduced.
 Under torch.distributed every rank takes rank 0's choice. Both compute x W^T + b in float32: the
 logits agree to rounding (tests/test_backend.py), the translations are the same.
 
@@ -123,7 +124,7 @@ def measure(config: ModelConfig, rows: int, repeats: int = 3) -> dict[str, float
     (rows, d_model) times W_1 (d_ff, d_model) and times the vocabulary, plain and (where oneDNN can)
     packed. With up to `FEW_ROWS` rows the product streams the whole vocabulary from memory at every
     step, so the whole of it is measured (a slice stays in the cache and shows a rate decoding does not
-    get: MKL 4.2 against 6.3 ms a step at 4 rows on a 2-core AMX host); with more rows the product is
+    get: MKL's step 4.2 against 8.4 ms at 4 rows on a 2-core AMX host); with more rows the product is
     bound by arithmetic and 16,384 of its rows show the rate. Each time is scaled to its share of a
     step: the decoder layers' per-step weights (6 d_model^2 + 2 d_model d_ff a layer: self-attention,
     encoder-decoder queries and output, FFN) over W_1's, and the whole vocabulary over the rows measured.

@@ -16,8 +16,9 @@ of the rate oneDNN reaches on a matrix reordered once (`torch.ops.mkldnn._reorde
 
 Either way the packed matrix is then the only copy of the vocabulary: the embedding lookups (§3.4
 shares the matrix) read their rows out of it. That layout is not a documented interface, so `pack`
-and `pack_float32` check it against every row before they keep the packing, and return None when no
-block width matches: the caller then keeps the plain rows.
+checks it against every row before it keeps the packing, and `pack_float32` finds it on a probe
+matrix and then checks a product with the packing against the same product with the matrix; both
+return None when no layout matches: the caller then keeps the plain rows.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ BLOCK_WIDTHS = (64, 48, 32, 16)  # the column blocks oneDNN's matmul kernels use
 DEPTH_MULTIPLES = (64, 4)  # what K is padded up to (int8)
 FLOAT_DEPTH_MULTIPLES = (1, 16, 64)  # (float32)
 MIN_ROWS_HINT = 4  # packed for fewer rows, oneDNN keeps the plain (V, D) matrix
+PROBE_ROWS = 1031  # the float32 layout is found on a matrix of 16 blocks of 64 and a partial one
 ZERO_POINT = 128  # the activations go in as uint8: round(x / scale) + 128
 
 
@@ -175,9 +177,6 @@ def pack_float32(weight: Tensor, rows_hint: int = MIN_ROWS_HINT, rows_at_once: i
     if not torch.allclose(packed.product(x), expected, rtol=1e-4, atol=1e-4 * float(expected.abs().max().clamp(min=1)), equal_nan=True):
         return None
     return packed
-
-
-PROBE_ROWS = 1031  # a probe matrix of more than 16 blocks of 64, the last one partial
 
 
 def _layout(weight: Tensor, packed: Tensor, rows_at_once: int) -> tuple[int, int] | None:

@@ -51,8 +51,8 @@ class PackedVocabulary(nn.Module):
 class PackedProjection(nn.Module):
     """The pre-softmax linear transformation (§3.4) through a PackedVocabulary, with an optional bias.
 
-    oneDNN writes the logits into a new tensor at each call (it takes no output buffer): at few rows,
-    where packing is taken, that is under a megabyte.
+    oneDNN writes the logits into a new tensor at each call (it takes no output buffer); `backend.pick`
+    takes packing where that costs nothing measurable (a step's logits up to 8 MiB) or where it still wins.
     """
 
     def __init__(self, vocabulary: PackedVocabulary):
