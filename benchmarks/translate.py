@@ -144,18 +144,14 @@ def run_aiayn(work: Path, beam: int, batch_size: int, sources: list[list[int]], 
         for_decoding(model)
     else:  # the GEMM backend measured on the model's shapes (or AIAYN_GEMM), as Translator.load chooses it
         from aiayn.decode import backend
-        from aiayn.decode.layout import reader
-        from aiayn.decode.vocabulary import is_packed
+        from aiayn.decode.layout import for_decoding_mapped, reader
         from aiayn.io import MappedReads
         from aiayn.marian.convert import model_config
 
         config, rows = model_config(work / "marian"), min(128, beam * batch_size)
         gemm, maps = backend.choose(config, rows), MappedReads()
         model = load_marian_model(work / "marian", unk_id=UNK, read=reader(gemm, config.target_vocab_size, maps))
-        for_decoding(model, gemm, rows, release=maps.release)
-        maps.detach(model)
-        if backend.packs_vocabulary(gemm) and not is_packed(model):  # a layout vocabulary.py does not read
-            gemm = backend.layers_of(gemm)
+        gemm = for_decoding_mapped(model, gemm, rows, maps)
         print(f"aiayn float32 decodes with {gemm}", file=sys.stderr, flush=True)
 
     class NoEos(TransformerStep):  # as HF's min_new_tokens and CTranslate2's min_decoding_length

@@ -27,7 +27,7 @@ from ..model import DotProductAttention, OutputProjection, Transformer
 from .attention import OneQueryAttention
 from .backend import layers_of, packs_vocabulary, use_onednn
 from .projection import BufferedProjection
-from .vocabulary import pack_vocabulary
+from .vocabulary import is_packed, pack_vocabulary
 
 
 def is_column_major(t: Tensor) -> bool:
@@ -72,6 +72,14 @@ def for_decoding(model: Transformer, gemm: str = "mkl", rows: int = 4, release: 
         if type(attention) is DotProductAttention:
             layer.self_attn.attention = OneQueryAttention(attention.p_drop)
     return model
+
+
+def for_decoding_mapped(model: Transformer, gemm: str, rows: int, maps: MappedReads) -> str:
+    """`for_decoding` for a model read with `reader(gemm, ..., maps)`, after which nothing of it stays in maps'
+    files; returns the backend taken: gemm, less "+packed" where the vocabulary's layout could not be read."""
+    for_decoding(model, gemm, rows, release=maps.release)
+    maps.detach(model)  # the vocabulary is packed by now; a matrix that could not be is copied out
+    return layers_of(gemm) if packs_vocabulary(gemm) and not is_packed(model) else gemm
 
 
 def reader(gemm: str, vocab_size: int, maps: MappedReads) -> Reader:

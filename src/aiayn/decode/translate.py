@@ -18,8 +18,7 @@ from ..config import DecodeConfig
 from ..model import Transformer
 from .beam import Hypothesis, beam_search
 from .greedy import greedy_hypotheses
-from .layout import for_decoding, reader
-from .vocabulary import is_packed
+from .layout import for_decoding, for_decoding_mapped, reader
 from .sampling import sample
 
 
@@ -111,10 +110,7 @@ class Translator:
             model, tokenizer, defaults = load_any(path, device)
             gemm = None
         if gemm in backend.BACKENDS:  # the model is this translator's own
-            for_decoding(model, gemm, rows, release=maps.release)
-            maps.detach(model)  # the vocabulary is packed by now; a matrix that could not be is copied out
-            if backend.packs_vocabulary(gemm) and not is_packed(model):
-                gemm = backend.layers_of(gemm)  # a packed layout that vocabulary.py does not read: kept plain
+            gemm = for_decoding_mapped(model, gemm, rows, maps)
         else:
             for_decoding(model)
         defaults = defaults or DecodeConfig()

@@ -24,7 +24,7 @@ from .packed import PackedFloat32, pack_float32
 class VocabularyEmbedding(nn.Module):
     """TokenEmbedding (§3.4) reading its rows from a vocabulary matrix held once (packed or int8)."""
 
-    def __init__(self, vocabulary: nn.Module, scale: float):
+    def __init__(self, vocabulary: PackedFloat32 | nn.Module, scale: float):
         super().__init__()
         self.vocabulary, self.scale = vocabulary, scale
 
@@ -32,39 +32,23 @@ class VocabularyEmbedding(nn.Module):
         return self.vocabulary.rows(ids) * self.scale  # (B, T) -> (B, T, D)
 
 
-class PackedVocabulary(nn.Module):
-    """A (V, D) float32 vocabulary matrix packed once for oneDNN's product (its only copy)."""
-
-    def __init__(self, packed: PackedFloat32):
-        super().__init__()
-        self.packed = packed
-
-    @property
-    def shape(self) -> tuple[int, int]:
-        return self.packed.vocab, self.packed.dim
-
-    def rows(self, ids: Tensor) -> Tensor:
-        """The rows of ids (...) -> (..., D)."""
-        return self.packed.rows(ids)
-
-
 class PackedProjection(nn.Module):
-    """The pre-softmax linear transformation (§3.4) through a PackedVocabulary, with an optional bias.
+    """The pre-softmax linear transformation (§3.4) through the packed vocabulary, with an optional bias.
 
     oneDNN writes the logits into a new tensor at each call (it takes no output buffer); `backend.pick`
     takes packing where that costs nothing measurable (a step's logits up to 8 MiB) or where it still wins.
     """
 
-    def __init__(self, vocabulary: PackedVocabulary):
+    def __init__(self, vocabulary: PackedFloat32):
         super().__init__()
-        self.vocabulary = vocabulary
+        self.vocabulary = vocabulary  # read by the embeddings too
 
     def forward(self, hidden: Tensor, bias: Tensor | None = None) -> Tensor:
         """hidden (..., D) -> logits (..., V)."""
         flat = hidden.reshape(-1, hidden.size(-1))  # (N, D)
         if flat.dtype != torch.float32:
             flat = flat.float()
-        return self.vocabulary.packed.product(flat.contiguous(), bias).view(*hidden.shape[:-1], -1)
+        return self.vocabulary.product(flat.contiguous(), bias).view(*hidden.shape[:-1], -1)
 
 
 def is_packed(model: Transformer) -> bool:
@@ -85,12 +69,11 @@ def pack_vocabulary(model: Transformer, rows: int, release: Callable[[], None] |
     packed = pack_float32(matrix.detach(), rows, release=release)
     if packed is None:
         return False
-    vocabulary = PackedVocabulary(packed)
     for stack in (model.encoder, model.decoder):
         embed = stack.embed
         if isinstance(embed, TokenEmbedding) and embed.weight is matrix:
-            stack.embed = VocabularyEmbedding(vocabulary, embed.scale)
-    model.output_proj = PackedProjection(vocabulary)
+            stack.embed = VocabularyEmbedding(packed, embed.scale)
+    model.output_proj = PackedProjection(packed)
     del matrix
     gc.collect()  # the plain matrix is no longer referenced: give it back now, before decoding allocates
     return True
