@@ -235,6 +235,30 @@ def test_serve_command_rejects_bad_limits(model_dir, capsys):
     assert "--max-lines must be positive" in capsys.readouterr().err
 
 
+def test_serve_forces_the_gemm_backend_and_reports_it(model_dir, monkeypatch):
+    import uvicorn
+
+    import aiayn.serve.app as app_module
+    from aiayn.cli.translate import GEMM_CHOICES
+    from aiayn.decode.backend import BACKENDS
+    from aiayn.decode.vocabulary import is_packed
+
+    assert GEMM_CHOICES == ("auto", *BACKENDS)  # the CLI's copy of the names (it does not import torch)
+    served, build_app = {}, app_module.build_app
+
+    def capture(translator, *args, **kwargs):
+        served["translator"] = translator
+        return build_app(translator, *args, **kwargs)
+
+    monkeypatch.setattr(uvicorn, "run", lambda app, **kw: None)  # no server: what it would serve
+    monkeypatch.setattr(app_module, "build_app", capture)
+    assert main(["serve", "--model", str(model_dir), "--gemm", "mkl+packed"]) == 0
+    translator = served["translator"]
+    assert translator.gemm == "mkl+packed" and is_packed(translator.model)
+    with serving(model_dir, translator=translator) as base:
+        assert request(f"{base}/api/model")[2]["gemm"] == "mkl+packed"
+
+
 def test_an_int8_model_is_served_with_its_parameter_count_and_the_languages_it_records(model_dir, url):
     int8 = Translator.load(model_dir, int8=True)
     int8.model.config = int8.model.config.replace(src_lang="fr", tgt_lang="en")  # as training records them

@@ -46,10 +46,18 @@ def add_search_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-tokens", type=at_least(1), help="batch by padded source tokens instead of sentences")
     parser.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, ...")
     parser.add_argument("--int8", action="store_true", help="int8 weights for the linear layers (CPU)")
-    parser.add_argument("--gemm", choices=["auto", "mkl", "onednn", "mkl+packed", "onednn+packed"], default=None,
+    add_gemm_argument(parser)
+    parser.add_argument("--truncate", action="store_true", help="cut lines longer than the model takes")
+
+
+GEMM_CHOICES = ("auto", "mkl", "onednn", "mkl+packed", "onednn+packed")  # decode.backend.BACKENDS (it imports torch)
+
+
+def add_gemm_argument(parser: argparse.ArgumentParser) -> None:
+    """--gemm, for every command that loads a Translator (translate, serve)."""
+    parser.add_argument("--gemm", choices=GEMM_CHOICES, default=None,
                         help="float32 products on a CPU: measured at load (auto, the default; or $AIAYN_GEMM), or forced; "
                              "+packed: the vocabulary packed for oneDNN (fastest at batch 1)")
-    parser.add_argument("--truncate", action="store_true", help="cut lines longer than the model takes")
 
 
 def at_least(low: int):

@@ -93,7 +93,7 @@ class Api:
             "source_lang": self.src_lang, "target_lang": self.tgt_lang,
             "vocab_size": config.vocab_size, "target_vocab_size": config.target_vocab_size,
             "encoder": config.encoder._asdict(), "decoder": config.decoder._asdict(),
-            "limits": asdict(self.limits),
+            "limits": asdict(self.limits), "gemm": self.translator.gemm,
         })
 
     async def translate(self, request: Request) -> Response:
