@@ -68,6 +68,8 @@ class TransformerStep:
         capacity = min(capacity, self.max_len)
         caches = [KVBuffer.empty(src.size(0), shape.heads, shape.d_k, shape.d_v, capacity, memory)
                   for _ in range(shape.layers)]
+        del memory
+        trim_heap()  # and what the encoder's activations freed, which the steps' small buffers would not reuse
         return DecoderState(src_mask, memory_kv, caches)
 
     def encode_by_length(self, src: Tensor, groups: int = 4) -> tuple[Tensor, Tensor]:
