@@ -70,7 +70,7 @@ def test_stack_shapes_follow_the_paper_unless_set():
         ModelConfig.preset("base", n_decoder_heads=7)
 
 
-HEAP_AFTER_A_BATCH = r"""
+HEAP_SETUP = r"""
 import torch
 from aiayn import ModelConfig, Transformer
 from aiayn.decode.step import TransformerStep
@@ -82,29 +82,20 @@ def resident():  # MiB, now
 
 step = TransformerStep(Transformer(ModelConfig.preset("tiny", vocab_size=30)).eval())
 src = torch.randint(4, 30, (2, 5))
-with torch.inference_mode():
-    step.start(src)  # warm-up: the code and the model's pages are in
-    torch.empty(16 << 20, dtype=torch.uint8).fill_(1)  # freed: glibc's mmap threshold rises to 16 MiB
-    blocks = [torch.empty(1 << 20, dtype=torch.uint8).fill_(1) for _ in range(128)]  # a batch's buffers, in the heap
-    del blocks[::2]  # 64 MiB freed between blocks still held: holes in the heap's middle, which glibc keeps
-    held = resident()
-    step.start(src)
-    print(held - resident())
+torch.inference_mode().__enter__()
+step.start(src)  # warm-up: the code and the model's pages are in
+torch.empty(16 << 20, dtype=torch.uint8).fill_(1)  # freed: glibc's mmap threshold rises to 16 MiB
 """
 
+HEAP_AFTER_A_BATCH = HEAP_SETUP + r"""
+blocks = [torch.empty(1 << 20, dtype=torch.uint8).fill_(1) for _ in range(128)]  # a batch's buffers, in the heap
+del blocks[::2]  # 64 MiB freed between blocks still held: holes in the heap's middle, which glibc keeps
+held = resident()
+step.start(src)
+print(held - resident())
+"""
 
-HEAP_AFTER_THE_ENCODER = r"""
-import torch
-from aiayn import ModelConfig, Transformer
-from aiayn.decode.step import TransformerStep
-
-def resident():  # MiB, now
-    for line in open("/proc/self/status"):
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-
-step = TransformerStep(Transformer(ModelConfig.preset("tiny", vocab_size=30)).eval())
-src = torch.randint(4, 30, (2, 5))
+HEAP_AFTER_THE_ENCODER = HEAP_SETUP + r"""
 kept, encode = [], step.encode_by_length
 
 def encode_with_holes(src):  # activations freed between buffers that live on through the batch
@@ -112,35 +103,31 @@ def encode_with_holes(src):  # activations freed between buffers that live on th
     kept.extend(blocks[1::2])
     return encode(src)
 
-with torch.inference_mode():
-    step.start(src)  # warm-up: the code and the model's pages are in
-    torch.empty(16 << 20, dtype=torch.uint8).fill_(1)  # freed: glibc's mmap threshold rises to 16 MiB
-    before = resident()
-    step.encode_by_length = encode_with_holes
-    step.start(src)
-    print(resident() - before)  # 64 MiB kept; another 64 if the freed holes stayed
+before = resident()
+step.encode_by_length = encode_with_holes
+step.start(src)
+print(resident() - before)  # 64 MiB kept; another 64 if the freed holes stayed
 """
+
+
+def resident_change(script: str) -> float:
+    """The last number a heap script prints (MiB), run in a fresh process; skipped where there is no malloc_trim."""
+    from aiayn.io import _malloc_trim
+
+    if _malloc_trim is None:
+        pytest.skip("not glibc: no malloc_trim")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return float(done.stdout.split()[-1])
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's heap and /proc/self/status")
 def test_start_gives_back_what_the_encoder_freed():
     """The encoder's freed activations are not held through the batch: start() trims after it too."""
-    from aiayn.io import _malloc_trim
-
-    if _malloc_trim is None:
-        pytest.skip("not glibc: no malloc_trim")
-    done = subprocess.run([sys.executable, "-c", HEAP_AFTER_THE_ENCODER], capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert float(done.stdout.split()[-1]) < 64 + 16  # MiB still resident: the kept half, not the freed one
+    assert resident_change(HEAP_AFTER_THE_ENCODER) < 64 + 16  # MiB still resident: the kept half, not the freed one
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's heap and /proc/self/status")
 def test_start_gives_back_the_heap_pages_the_last_batch_freed():
     """64 MiB freed in the middle of the C heap stay resident under glibc until start() trims it."""
-    from aiayn.io import _malloc_trim
-
-    if _malloc_trim is None:
-        pytest.skip("not glibc: no malloc_trim")
-    done = subprocess.run([sys.executable, "-c", HEAP_AFTER_A_BATCH], capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert float(done.stdout.split()[-1]) > 48  # MiB given back of the 64
+    assert resident_change(HEAP_AFTER_A_BATCH) > 48  # MiB given back of the 64
