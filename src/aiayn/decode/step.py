@@ -59,7 +59,8 @@ class TransformerStep:
         self-attention caches start with room for `capacity` positions and grow as needed. First the
         C heap gives back what the last batch freed (`trim_heap`): glibc keeps freed blocks, and the
         next batch's buffers, of other sizes, do not all fit in them, so over many batches the resident
-        memory crept up (docs/translation.md, "int8 greedy at batch 32, memory").
+        memory crept up (docs/translation.md, "int8 greedy at batch 32, memory"); and again once the
+        encoder's activations are freed, so that they are not held through the batch ("And after the encoder").
         """
         trim_heap()
         memory, src_mask = self.encode_by_length(src)
