@@ -243,7 +243,7 @@ def test_serve_forces_the_gemm_backend_and_reports_it(model_dir, monkeypatch):
     from aiayn.decode.backend import BACKENDS
     from aiayn.decode.vocabulary import is_packed
 
-    assert GEMM_CHOICES == ("auto", *BACKENDS)  # the CLI's copy of the names (it does not import torch)
+    assert GEMM_CHOICES == ("auto", *BACKENDS)  # the CLI offers every backend
     served, build_app = {}, app_module.build_app
 
     def capture(translator, *args, **kwargs):

@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import BinaryIO, TextIO
 
+from ..decode.backend import BACKENDS
 from .paths import input_file, output_file, text_output
 
 CHUNK = 2048  # lines sorted and batched together; memory stays bounded on files of any size
@@ -50,7 +51,7 @@ def add_search_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--truncate", action="store_true", help="cut lines longer than the model takes")
 
 
-GEMM_CHOICES = ("auto", "mkl", "onednn", "mkl+packed", "onednn+packed")  # decode.backend.BACKENDS (it imports torch)
+GEMM_CHOICES = ("auto", *BACKENDS)
 
 
 def add_gemm_argument(parser: argparse.ArgumentParser) -> None:
