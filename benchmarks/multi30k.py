@@ -9,7 +9,8 @@ test_2016_flickr and scores it (sacreBLEU, cased, detokenised, with its signatur
 same command resumes exactly where it stopped and trains to 60 minutes, and scores again.
 Each budget's model is also scored on the validation set (the recipe's data.valid, its beam and
 alpha): choose between recipes on that column, never on test (issue 17).
-`--minutes 15 30 60 120` gives the curve; a later, longer budget on the same folder resumes it.
+`--minutes 15 30 60 120` gives the curve; a later, longer budget on the same folder resumes it, and a
+budget the folder has already passed is skipped: its model-Nmin copy and its row in the report stay.
 A recipe with a cool-down (train.cooldown, which plans its steps for one budget) trains each
 budget as a run of its own, in OUT/15min, OUT/30min, ...
 Decoding time is not counted as training time. The peer (../shared/PEERS.md), En-De only:
@@ -62,7 +63,8 @@ def main() -> None:
     loads: list[float] = []
     stop = threading.Event()
     threading.Thread(target=load_sampler, args=(loads, stop), daemon=True).start()
-    rows = []
+    report = Path(args.report or Path(args.out) / "report.md")
+    kept, rows = earlier_rows(report), []
     for minutes in args.minutes:
         overrides = [f"--{item.removeprefix('--')}" for item in args.set]
         recipe = load_recipe(args.recipe, [*overrides, f"--train.max_minutes={minutes}", "--train.threads=2"])
@@ -71,6 +73,12 @@ def main() -> None:
         # A recipe that cools down plans its steps for one budget and ends with the rate near zero: each budget is a
         # run of its own (OUT/15min, ...). Without a cool-down, one run resumes exactly from budget to budget.
         out = Path(args.out) / f"{minutes:g}min" if recipe.train.cooldown else Path(args.out)
+        done = trained_minutes(out)
+        if done >= minutes:  # train() would stop at once: the same model again, scored under the wrong budget
+            print(f"{out} already holds {done:.1f} minutes of training: the {minutes:g}-minute budget is past, "
+                  f"skipped (left as it was: {Path(args.out) / f'model-{minutes:g}min'})")
+            rows += [kept[minutes]] if minutes in kept else []  # its row from the report's earlier run
+            continue
         results = train(recipe, out)
         shutil.copytree(out / "model", Path(args.out) / f"model-{minutes:g}min", dirs_exist_ok=True)
         valid_bleu = validation_bleu(out / "model", recipe)
@@ -79,8 +87,26 @@ def main() -> None:
                          wall_s=time.perf_counter() - began,
                          peak_rss_mib=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
                          mean_load=sum(loads) / max(len(loads), 1)))
-        write_report(Path(args.report or Path(args.out) / "report.md"), rows, loads, recipe.data.src_lang, recipe.data.tgt_lang)
+        write_report(report, rows, loads, recipe.data.src_lang, recipe.data.tgt_lang)
     stop.set()
+
+
+def earlier_rows(report: Path) -> dict[float, dict]:
+    """The rows an earlier run of this benchmark wrote to REPORT (its JSON block), by budget; {} if none."""
+    try:
+        text = report.read_text()
+        rows = json.loads(text[text.index("```json") + len("```json"):text.rindex("```")])
+    except (OSError, ValueError):
+        return {}
+    return {r["budget_minutes"]: r for r in rows if isinstance(r, dict) and "budget_minutes" in r}
+
+
+def trained_minutes(out: Path) -> float:
+    """Minutes of training the run folder OUT already holds (its latest checkpoint's clock); 0 for a new run."""
+    from aiayn.train.checkpoint import latest_checkpoint, load_checkpoint
+
+    last = latest_checkpoint(out / "checkpoints")
+    return load_checkpoint(last)[0].elapsed / 60 if last is not None else 0.0
 
 
 def validation_bleu(model_dir: Path, recipe) -> float | None:
