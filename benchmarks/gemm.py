@@ -19,13 +19,15 @@ import torch.nn.functional as F
 from aiayn.decode.backend import best_seconds, onednn_linear
 
 # (name, rows, in, out): decoding's pre-softmax projection (opus-mt-en-de: 58,101 pieces) at beam 4 x
-# batch 32, batch 32, beam 4 x batch 1 and greedy at batch 1; an FFN layer; the training step's projection (4,096 tokens).
+# batch 32, batch 32, beam 4 x batch 1 and greedy at batch 1; an FFN layer at beam 4 x batch 32 and at beam 4 x
+# batch 1 (one matrix, held in the cache: a step streams its layers' from memory); the training step's projection.
 SHAPES = (
     ("decode projection, 128 rows", 128, 512, 58101),
     ("decode projection, 32 rows", 32, 512, 58101),
     ("decode projection, 4 rows", 4, 512, 58101),
     ("decode projection, 1 row", 1, 512, 58101),
     ("decode FFN W_1, 128 rows", 128, 512, 2048),
+    ("decode FFN W_1, 4 rows", 4, 512, 2048),
     ("train FFN W_1, 4096 rows", 4096, 512, 2048),
     ("train projection, 4096 rows", 4096, 512, 37000),
 )
@@ -33,7 +35,8 @@ SHAPES = (
 
 def host_rates(repeats: int = 3) -> list[tuple[str, float, float | None, float | None]]:
     """(shape name, MKL GFLOP/s, oneDNN GFLOP/s, oneDNN on the matrix packed for it GFLOP/s) for each shape;
-    None where PyTorch has no oneDNN, and packed only for decoding's shapes (what `+packed` runs)."""
+    None where PyTorch has no oneDNN, and packed only for decoding's shapes (what `+packed` runs: the vocabulary,
+    and the decoder's layers where they run on oneDNN)."""
     from aiayn.decode.packed import MIN_ROWS_HINT, float32_available
 
     rows_out = []
@@ -45,7 +48,7 @@ def host_rates(repeats: int = 3) -> list[tuple[str, float, float | None, float |
         if torch.backends.mkldnn.is_available():
             plain = w.to_mkldnn()
             onednn = flops / best_seconds(lambda: torch._C._nn.mkldnn_linear(x.to_mkldnn(), plain, None).to_dense(), repeats) / 1e9
-        if name.startswith("decode projection") and float32_available():
+        if name.startswith("decode") and float32_available():
             reordered = torch.ops.mkldnn._reorder_linear_weight(w, max(n, MIN_ROWS_HINT))
             packed = flops / best_seconds(lambda: onednn_linear(x, reordered, None), repeats) / 1e9
         rows_out.append((name, mkl, onednn, packed))

@@ -46,7 +46,13 @@ def test_each_backend_forced_gives_the_same_translations_and_logits(model_dir, m
         assert type(model.output_proj) is PackedProjection and model.logits_bias is not None
         assert model.encoder.embed.vocabulary is model.decoder.embed.vocabulary is model.output_proj.vocabulary
         assert not any(p.size(0) == model.config.target_vocab_size for p in model.parameters())
-    assert type(translators["onednn+packed"].model.encoder.layers[0].ffn.fc1) is backend.OneDnnLinear
+    packed = translators["onednn+packed"].model  # with oneDNN's layers, the decoder's matrices packed too
+    assert type(packed.encoder.layers[0].ffn.fc1) is backend.OneDnnLinear and packed.encoder.layers[0].ffn.fc1.weight.dim() == 2
+    decoder_linears = [m for m in packed.decoder.modules() if isinstance(m, backend.OneDnnLinear)]
+    assert len(decoder_linears) == 10 * packed.config.decoder.layers
+    assert all("weight" not in m._parameters and m.packed.is_mkldnn for m in decoder_linears)
+    assert not [p for p in packed.decoder.parameters() if p.dim() == 2]  # held once: packed, not also plain
+    assert all(m.weight.dim() == 2 for m in translators["mkl+packed"].model.decoder.modules() if isinstance(m, torch.nn.Linear))
     for beam in (1, 4):
         texts = {name: t.translate(sentences, beam_size=beam) for name, t in translators.items()}
         assert all(texts[name] == texts["mkl"] for name in backend.BACKENDS)
@@ -70,6 +76,16 @@ def test_auto_measures_both_and_takes_the_faster(model_dir, monkeypatch):
     assert Translator.load(model_dir).gemm == "onednn"
     monkeypatch.setattr(backend, "measure", lambda config, rows, repeats=3: {"mkl": 1.0, "onednn": 2.0})
     assert Translator.load(model_dir).gemm == "mkl"
+
+
+def test_the_measure_multiplies_the_matrices_a_decoder_layer_multiplies_at_a_step():
+    """`step_matrices`, which `measure` times, are the shapes of a decoder layer's weights but for the
+    encoder-decoder attention's W^K and W^V, which project the encoder's output once a batch."""
+    config = ModelConfig.preset("tiny", vocab_size=300).replace(d_k=24, d_v=40, d_decoder_ff=96)
+    layer = Transformer(config).decoder.layers[0]
+    stepped = [m.weight.shape for name, m in layer.named_modules()
+               if isinstance(m, torch.nn.Linear) and name not in ("cross_attn.k_proj", "cross_attn.v_proj")]
+    assert sorted(tuple(s) for s in stepped) == sorted(backend.step_matrices(config))
 
 
 def test_auto_takes_onednn_only_where_it_is_clearly_faster(monkeypatch):

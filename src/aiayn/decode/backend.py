@@ -17,9 +17,11 @@ logits agree to rounding (tests/test_backend.py), the translations are the same.
 - "mkl": matrices stored column-major (`layout.for_decoding`), so x W^T is MKL's NN product.
 - "onednn": matrices kept as stored (row-major); every linear layer and the pre-softmax projection
   replaced by modules that call oneDNN with the same tensors (no second copy of any weight).
-- "+packed": the vocabulary matrix (§3.4: the embeddings' and the projection's) packed once for
-  oneDNN's float32 product and held only so; the embeddings read their rows out of the packing
-  (`vocabulary.py`, `packed.py`). The linear layers as in "mkl" or "onednn".
+- "+packed": every matrix oneDNN multiplies at a step packed once for its float32 product and held only
+  so. The vocabulary matrix (§3.4: the embeddings' and the projection's), whose rows the embeddings read
+  out of the packing (`vocabulary.py`, `packed.py`); with oneDNN's layers, the decoder's layer matrices
+  too (with MKL's, they stay column-major for MKL). Packed, a 2-core EPYC host multiplies a step's
+  decoder matrices at 4 rows in 0.6 of the time oneDNN takes on the plain ones (docs/translation.md).
 """
 
 from __future__ import annotations
@@ -76,15 +78,28 @@ def onednn_linear(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
 
 
 class OneDnnLinear(nn.Module):
-    """nn.Linear's product on oneDNN, with the layer's own weight and bias (inference only)."""
+    """nn.Linear's product on oneDNN, with the layer's own bias and weight (inference only).
 
-    def __init__(self, linear: nn.Linear):
+    With rows, the weight is packed once for oneDNN's product with about that many rows and held only
+    so: an opaque tensor (not a parameter) that nothing but oneDNN reads.
+    """
+
+    def __init__(self, linear: nn.Linear, rows: int | None = None):
         super().__init__()
-        self.weight, self.bias = linear.weight, linear.bias
+        self.bias = linear.bias
         self.in_features, self.out_features = linear.in_features, linear.out_features
+        if rows is None:
+            self.weight = linear.weight
+        else:
+            self.packed = pack_linear(linear.weight, rows)
 
     def forward(self, x: Tensor) -> Tensor:
-        return onednn_linear(x, self.weight, self.bias)
+        return onednn_linear(x, self.packed if "weight" not in self._parameters else self.weight, self.bias)
+
+
+def pack_linear(weight: Tensor, rows: int) -> Tensor:
+    """weight (out, in) reordered once for oneDNN's product with about `rows` rows: a new, opaque tensor."""
+    return torch.ops.mkldnn._reorder_linear_weight(weight.detach().contiguous(), max(rows, MIN_ROWS_HINT))
 
 
 class OneDnnProjection(nn.Module):
@@ -118,42 +133,71 @@ def forced(option: str | None = None) -> str | None:
 
 
 def measure(config: ModelConfig, rows: int, repeats: int = 3) -> dict[str, float]:
-    """Seconds per decoding step's products on each backend, estimated from one FFN matrix and the projection.
+    """Seconds per decoding step's products on each backend: the decoder layers' matrices and the vocabulary's.
 
-    Matrices of the model's widths stand in for its weights (rates depend on shapes, not on values):
-    (rows, d_model) times W_1 (d_ff, d_model) and times the vocabulary, plain and (where oneDNN can)
-    packed. With up to `FEW_ROWS` rows the product streams the whole vocabulary from memory at every
-    step, so the whole of it is measured (a slice stays in the cache and shows a rate decoding does not
-    get: MKL's step 4.2 against 8.4 ms at 4 rows on a 2-core AMX host); with more rows the product is
-    bound by arithmetic and 16,384 of its rows show the rate. Each time is scaled to its share of a
-    step: the decoder layers' per-step weights (6 d_model^2 + 2 d_model d_ff a layer: self-attention,
-    encoder-decoder queries and output, FFN) over W_1's, and the whole vocabulary over the rows measured.
+    Matrices of the model's shapes stand in for its weights (rates depend on shapes, not on values): the
+    (out, in) matrices a decoder layer multiplies at a step (`step_matrices`), each by `rows` rows, and the
+    vocabulary, plain and (where oneDNN can) packed. With up to `FEW_ROWS` rows the products stream their
+    matrices from memory at every step, so every layer's are measured and the whole vocabulary: a
+    layer's or a slice's stay in the cache and show a rate decoding does not get (MKL's vocabulary
+    product 4.2 against 8.4 ms at 4 rows on a 2-core AMX host; one W_1 shape at 1 row showed MKL level
+    with oneDNN on a 2-core EPYC host where a step's real shapes run 1.5x faster on oneDNN). With more
+    rows the products are bound by arithmetic: one layer's matrices and 16,384 of the vocabulary's rows
+    show the rate, scaled to the whole.
     """
-    generator = torch.Generator().manual_seed(0)
-    D, F, V = config.d_model, config.decoder.d_ff, config.target_vocab_size
-    measured = V if rows <= FEW_ROWS else min(V, 16384)
-    layers = config.decoder.layers * (6 * D * D + 2 * D * F) / (F * D)  # a step's decoder weights, in W_1s
-    x = torch.randn(rows, D, generator=generator)
-    w1 = torch.randn(F, D, generator=generator)
-    w1_columns = w1.t().contiguous().t()  # MKL's layout (layout.column_major)
+    V, layers = config.target_vocab_size, config.decoder.layers
+    few = rows <= FEW_ROWS
+    measured, copies = (V, layers) if few else (min(V, 16384), 1)
     with torch.inference_mode():
-        ffn = {"mkl": layers * best_seconds(lambda: x @ w1_columns.t(), repeats)}
-        if onednn_available():
-            ffn["onednn"] = layers * best_seconds(lambda: onednn_linear(x, w1, None), repeats)
-        projection = {name: V / measured * s for name, s in projection_seconds(x, measured, repeats).items()}
-    seconds = {name: ffn[name] + projection[name] for name in ffn}
+        products = {name: layers / copies * s for name, s in layer_seconds(config, rows, copies, repeats).items()}
+        projection = {name: V / measured * s for name, s in projection_seconds(rows, config.d_model, measured, repeats).items()}
+    seconds = {name: products[name] + projection[name] for name in LAYER_BACKENDS if name in products}
     if "packed" in projection:
-        seconds.update({f"{name}+packed": ffn[name] + projection["packed"] for name in ffn})
+        seconds["mkl+packed"] = products["mkl"] + projection["packed"]
+        if "packed" in products:
+            seconds["onednn+packed"] = products["packed"] + projection["packed"]
     return seconds
 
 
-def projection_seconds(x: Tensor, V: int, repeats: int) -> dict[str, float]:
-    """Seconds of x (N, D) times a (V, D) matrix: "mkl" column-major, "onednn" row-major, "packed" packed for oneDNN.
+def step_matrices(config: ModelConfig) -> list[tuple[int, int]]:
+    """(out, in) of the matrices one decoder layer multiplies at each step: self-attention's W^Q, W^K, W^V
+    and W^O, encoder-decoder attention's W^Q and W^O (its keys and values are projected once a batch),
+    and the FFN's W_1 and W_2 (§3.2.2, §3.3)."""
+    D, (_, h, d_k, d_v, d_ff) = config.d_model, config.decoder
+    return [(h * d_k, D), (h * d_k, D), (h * d_v, D), (D, h * d_v), (h * d_k, D), (D, h * d_v), (d_ff, D), (D, d_ff)]
+
+
+def layer_seconds(config: ModelConfig, rows: int, copies: int, repeats: int) -> dict[str, float]:
+    """Seconds of rows x each of `copies` decoder layers' step matrices: "mkl" column-major, "onednn" as
+    stored, "packed" packed for oneDNN. One backend's matrices at a time, filled with a constant (random
+    values would cost more than the products)."""
+    generator = torch.Generator().manual_seed(0)
+    shapes = step_matrices(config) * copies
+    inputs = {d_in: torch.randn(rows, d_in, generator=generator) for _, d_in in shapes}
+    layouts = {"mkl": lambda w: w.t().contiguous().t()}  # MKL's layout (layout.column_major)
+    if onednn_available():
+        layouts["onednn"] = lambda w: w
+    if float32_available():
+        layouts["packed"] = lambda w: pack_linear(w, rows)
+    seconds = {}
+    for name, lay_out in layouts.items():
+        matrices = [lay_out(torch.full(shape, 0.5)) for shape in shapes]
+        if name == "mkl":
+            run = lambda: [inputs[w.size(1)] @ w.t() for w in matrices]
+        else:
+            run = lambda: [onednn_linear(inputs[d_in], w, None) for w, (_, d_in) in zip(matrices, shapes)]
+        seconds[name] = best_seconds(run, repeats)
+        del matrices, run
+    return seconds
+
+
+def projection_seconds(rows: int, D: int, V: int, repeats: int) -> dict[str, float]:
+    """Seconds of (rows, D) times a (V, D) matrix: "mkl" column-major, "onednn" row-major, "packed" packed for oneDNN.
 
     One matrix at a time besides the one it is made from (at most two vocabulary-sized matrices: loading the
     model, after this, takes more), filled with a constant: random values would cost more than the products.
     """
-    D, seconds = x.size(1), {}
+    x, seconds = torch.randn(rows, D, generator=torch.Generator().manual_seed(0)), {}
     plain = torch.full((V, D), 0.5)  # (V, D), as stored
     if onednn_available():
         seconds["onednn"] = best_seconds(lambda: onednn_linear(x, plain, None), repeats)
@@ -209,11 +253,17 @@ def pick(seconds: dict[str, float], logits_bytes: int) -> str:
     return f"{name}+packed" if packed is not None and packed * margin < seconds[name] else name
 
 
-def use_onednn(model: nn.Module) -> None:
-    """Every nn.Linear of the encoder and decoder, and the pre-softmax projection, on oneDNN (in place)."""
-    for module in list(model.modules()):
+def use_onednn(model: nn.Module, packed_rows: int | None = None) -> None:
+    """Every nn.Linear of the encoder and decoder, and the pre-softmax projection, on oneDNN (in place);
+    with packed_rows, the decoder's matrices packed for products with about that many rows (`OneDnnLinear`),
+    one at a time, each plain matrix let go as its packing replaces it."""
+    def swap(module: nn.Module, rows: int | None) -> None:
         for child_name, child in list(module.named_children()):
             if type(child) is nn.Linear:
-                setattr(module, child_name, OneDnnLinear(child))
+                setattr(module, child_name, OneDnnLinear(child, rows))
+            else:
+                swap(child, packed_rows if child is model.decoder else rows)
+
+    swap(model, None)
     if type(model.output_proj) is OutputProjection:
         model.output_proj = OneDnnProjection(model.output_proj)
