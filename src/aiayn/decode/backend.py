@@ -34,6 +34,7 @@ import torch.distributed as dist
 from torch import Tensor, nn
 
 from ..config import ModelConfig
+from ..io import trim_heap
 from ..model import OutputProjection
 from .packed import MIN_ROWS_HINT, float32_available
 
@@ -150,12 +151,14 @@ def measure(config: ModelConfig, rows: int, repeats: int = 3) -> dict[str, float
     measured, copies = (V, layers) if few else (min(V, 16384), 1)
     with torch.inference_mode():
         products = {name: layers / copies * s for name, s in layer_seconds(config, rows, copies, repeats).items()}
+        trim_heap()  # the layers' stand-ins freed (glibc keeps blocks up to 32 MiB): not under the vocabulary's
         projection = {name: V / measured * s for name, s in projection_seconds(rows, config.d_model, measured, repeats).items()}
     seconds = {name: products[name] + projection[name] for name in LAYER_BACKENDS if name in products}
     if "packed" in projection:
         seconds["mkl+packed"] = products["mkl"] + projection["packed"]
         if "packed" in products:
             seconds["onednn+packed"] = products["packed"] + projection["packed"]
+    trim_heap()  # and the vocabulary's, before the model loads
     return seconds
 
 
@@ -194,7 +197,7 @@ def layer_seconds(config: ModelConfig, rows: int, copies: int, repeats: int) -> 
 def projection_seconds(rows: int, D: int, V: int, repeats: int) -> dict[str, float]:
     """Seconds of (rows, D) times a (V, D) matrix: "mkl" column-major, "onednn" row-major, "packed" packed for oneDNN.
 
-    One matrix at a time besides the one it is made from (at most two vocabulary-sized matrices: loading the
+    One matrix at a time besides the one it is packed from (at most two vocabulary-sized matrices: loading the
     model, after this, takes more), filled with a constant: random values would cost more than the products.
     """
     x, seconds = torch.randn(rows, D, generator=torch.Generator().manual_seed(0)), {}
@@ -205,8 +208,8 @@ def projection_seconds(rows: int, D: int, V: int, repeats: int) -> dict[str, flo
         packed = torch.ops.mkldnn._reorder_linear_weight(plain, max(x.size(0), MIN_ROWS_HINT))
         seconds["packed"] = best_seconds(lambda: onednn_linear(x, packed, None), repeats)
         del packed
-    columns = plain.t().contiguous().t()  # MKL's layout (layout.column_major)
     del plain
+    columns = torch.full((D, V), 0.5).t()  # MKL's layout (layout.column_major), made without a source
     seconds["mkl"] = best_seconds(lambda: x @ columns.t(), repeats)
     return seconds
 
