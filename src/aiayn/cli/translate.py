@@ -58,7 +58,7 @@ def add_gemm_argument(parser: argparse.ArgumentParser) -> None:
     """--gemm, for every command that loads a Translator (translate, serve)."""
     parser.add_argument("--gemm", choices=GEMM_CHOICES, default=None,
                         help="float32 products on a CPU: measured at load (auto, the default; or $AIAYN_GEMM), or forced; "
-                             "+packed: the vocabulary packed for oneDNN (fastest at batch 1)")
+                             "+packed: the matrices oneDNN multiplies packed for it (the vocabulary; with onednn, the decoder's too)")
 
 
 def at_least(low: int):

@@ -261,9 +261,13 @@ def use_onednn(model: nn.Module, packed_rows: int | None = None) -> None:
     with packed_rows, the decoder's matrices packed for products with about that many rows (`OneDnnLinear`),
     one at a time, each plain matrix let go as its packing replaces it."""
     def swap(module: nn.Module, rows: int | None) -> None:
-        for child_name, child in list(module.named_children()):
+        for child_name in [name for name, _ in module.named_children()]:  # names: no list keeps a replaced child
+            child = getattr(module, child_name)
             if type(child) is nn.Linear:
                 setattr(module, child_name, OneDnnLinear(child, rows))
+                if rows is not None:
+                    del child
+                    trim_heap()  # the plain matrix just freed, before the next packing is made beside it
             else:
                 swap(child, packed_rows if child is model.decoder else rows)
 

@@ -83,7 +83,7 @@ class Translator:
         """An aiayn model directory, or a Hugging Face Marian one; options override its decoding defaults.
 
         gemm: the float32 matrix-product backend on a CPU, "mkl" or "onednn", either with "+packed" (the
-        vocabulary packed for oneDNN); None or "auto": the AIAYN_GEMM environment variable, else the
+        vocabulary packed for oneDNN and, with "onednn", the decoder's matrices too); None or "auto": the AIAYN_GEMM environment variable, else the
         fastest measured on this model's shapes (backend.py).
         """
         from ..io import MappedReads
