@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import math
 
+import pytest
 import torch
 import torch.nn.functional as F
 
-from aiayn.decode.attention import OneQueryAttention
+from aiayn.decode.attention import OneQueryAttention, SourceAttention
 from aiayn.model import causal_mask, padding_mask, scaled_dot_product_attention
 
 
@@ -40,6 +41,30 @@ def test_one_query_over_a_time_major_cache_equals_pytorch_sdpa():
     written, weights = scaled_dot_product_attention(q, k, v, None, need_weights=True)
     assert torch.equal(out, written)  # the written-out formula, as documented
     assert weights.shape == (B, h, 1, t)
+
+
+@pytest.mark.parametrize("B, K", [(3, 4), (33, 1), (1, 1)])
+def test_encoder_decoder_attention_at_a_step_equals_pytorch_sdpa(B, K):
+    """A sentence's K hypotheses over its padded source: written out from 2 queries or 32 sentences, else fused."""
+    h, S, d_k = 4, 11, 16
+    q = torch.randn(B, K, h * d_k).view(B, K, h, d_k).transpose(1, 2)  # (B, h, K, d_k), as the layer splits it
+    k, v = torch.randn(B, h, S, d_k), torch.randn(B, h, S, d_k)  # contiguous, as TransformerStep.start keeps them
+    mask = torch.ones(B, 1, 1, S, dtype=torch.bool)
+    mask[::2, ..., S - 4:] = False  # padding
+    out, none = SourceAttention()(q, k, v, mask)
+    assert none is None and out.shape == (B, h, K, d_k)
+    assert (out - F.scaled_dot_product_attention(q, k, v, attn_mask=mask)).abs().max().item() < 1e-5
+    if B >= 32 or K >= 2:  # the written-out formula, as documented
+        assert torch.equal(out, scaled_dot_product_attention(q, k, v, mask, need_weights=True)[0])
+
+
+def test_decoding_puts_its_attentions_in_the_decoder():
+    from aiayn import ModelConfig, Transformer
+    from aiayn.decode.layout import for_decoding
+
+    model = for_decoding(Transformer(ModelConfig.preset("tiny", vocab_size=50)))
+    assert all(type(layer.self_attn.attention) is OneQueryAttention and type(layer.cross_attn.attention) is SourceAttention
+               for layer in model.decoder.layers)
 
 
 def test_eq1_by_hand_for_one_query():

@@ -10,7 +10,7 @@ and names stay the same; only strides change.
 `aiayn.io.read_safetensors(column_major=True)` reads weights straight into this layout;
 `for_decoding` converts the rest (a model built in memory, a .bin checkpoint) and puts decoding's
 own modules in place of the model's where they compute the same thing faster at a step: the
-buffered pre-softmax projection (`projection.py`) and decoder self-attention (`attention.py`).
+buffered pre-softmax projection (`projection.py`) and the decoder's two attentions (`attention.py`).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from torch import Tensor, nn
 from ..io import MappedReads, Reader, read_safetensors
 
 from ..model import DotProductAttention, OutputProjection, Transformer
-from .attention import OneQueryAttention
+from .attention import OneQueryAttention, SourceAttention
 from .backend import layers_of, packs_vocabulary, use_onednn
 from .projection import BufferedProjection
 from .vocabulary import is_packed, pack_vocabulary
@@ -43,7 +43,7 @@ def column_major(t: Tensor) -> Tensor:
 @torch.no_grad()
 def for_decoding(model: Transformer, gemm: str = "mkl", rows: int = 4, release: Callable[[], None] | None = None) -> Transformer:
     """The model, in place, made ready for decoding: eval mode, and on a CPU decoding's own modules in
-    place (one-query self-attention; the projection into a buffer), an all-zero logits bias (Marian
+    place (the decoder's two attentions written out where faster; the projection into a buffer), an all-zero logits bias (Marian
     checkpoints carry one) dropped, which adds nothing but a pass over the (N, V) logits at every
     step, and the matrices laid out for the GEMM backend (`backend.py`): column-major for "mkl",
     as stored with oneDNN's modules for "onednn"; with "+packed", the vocabulary packed for oneDNN's
@@ -73,6 +73,9 @@ def for_decoding(model: Transformer, gemm: str = "mkl", rows: int = 4, release: 
         attention = layer.self_attn.attention
         if type(attention) is DotProductAttention:
             layer.self_attn.attention = OneQueryAttention(attention.p_drop)
+        attention = layer.cross_attn.attention
+        if type(attention) is DotProductAttention:
+            layer.cross_attn.attention = SourceAttention(attention.p_drop)
     return model
 
 

@@ -21,6 +21,7 @@ from torch import Tensor
 from ..config import DecodeConfig
 from ..io import trim_heap
 from ..model import Transformer
+from ..model.attention import KeyValue
 from ..model.masks import padding_mask
 from .state import DecoderState, KVBuffer
 
@@ -65,6 +66,9 @@ class TransformerStep:
         trim_heap()
         memory, src_mask = self.encode_by_length(src)
         memory_kv = self.model.decoder.memory_kv(memory)
+        for i, kv in enumerate(memory_kv):  # as projected, (B, S, h, d) seen transposed: every step would read them
+            memory_kv[i] = KeyValue(kv.k.contiguous(), kv.v.contiguous())  # strided (`attention.SourceAttention`)
+        del kv
         shape = self.model.config.decoder
         capacity = min(capacity, self.max_len)
         caches = [KVBuffer.empty(src.size(0), shape.heads, shape.d_k, shape.d_v, capacity, memory)
