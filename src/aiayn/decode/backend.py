@@ -89,13 +89,12 @@ class OneDnnLinear(nn.Module):
         super().__init__()
         self.bias = linear.bias
         self.in_features, self.out_features = linear.in_features, linear.out_features
-        if rows is None:
+        self.packed = None if rows is None else pack_linear(linear.weight, rows)
+        if self.packed is None:
             self.weight = linear.weight
-        else:
-            self.packed = pack_linear(linear.weight, rows)
 
     def forward(self, x: Tensor) -> Tensor:
-        return onednn_linear(x, self.packed if "weight" not in self._parameters else self.weight, self.bias)
+        return onednn_linear(x, self.weight if self.packed is None else self.packed, self.bias)
 
 
 def pack_linear(weight: Tensor, rows: int) -> Tensor:

@@ -66,9 +66,8 @@ class TransformerStep:
         trim_heap()
         memory, src_mask = self.encode_by_length(src)
         memory_kv = self.model.decoder.memory_kv(memory)
-        for i, kv in enumerate(memory_kv):  # as projected, (B, S, h, d) seen transposed: every step would read them
-            memory_kv[i] = KeyValue(kv.k.contiguous(), kv.v.contiguous())  # strided (`attention.SourceAttention`)
-        del kv
+        for i in range(len(memory_kv)):  # as projected, (B, S, h, d) seen transposed: every step would read them
+            memory_kv[i] = KeyValue(*(t.contiguous() for t in memory_kv[i]))  # strided (`attention.SourceAttention`)
         shape = self.model.config.decoder
         capacity = min(capacity, self.max_len)
         caches = [KVBuffer.empty(src.size(0), shape.heads, shape.d_k, shape.d_v, capacity, memory)
