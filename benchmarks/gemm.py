@@ -37,7 +37,7 @@ def host_rates(repeats: int = 3) -> list[tuple[str, float, float | None, float |
     """(shape name, MKL GFLOP/s, oneDNN GFLOP/s, oneDNN on the matrix packed for it GFLOP/s) for each shape;
     None where PyTorch has no oneDNN, and packed only for decoding's shapes (what `+packed` runs: the vocabulary,
     and the decoder's layers where they run on oneDNN)."""
-    from aiayn.decode.packed import MIN_ROWS_HINT, float32_available
+    from aiayn.decode.packed import float32_available, reorder_float32
 
     rows_out = []
     for name, n, d_in, d_out in SHAPES:
@@ -49,7 +49,7 @@ def host_rates(repeats: int = 3) -> list[tuple[str, float, float | None, float |
             plain = w.to_mkldnn()
             onednn = flops / best_seconds(lambda: torch._C._nn.mkldnn_linear(x.to_mkldnn(), plain, None).to_dense(), repeats) / 1e9
         if name.startswith("decode") and float32_available():
-            reordered = torch.ops.mkldnn._reorder_linear_weight(w, max(n, MIN_ROWS_HINT))
+            reordered = reorder_float32(w, n)
             packed = flops / best_seconds(lambda: onednn_linear(x, reordered, None), repeats) / 1e9
         rows_out.append((name, mkl, onednn, packed))
     return rows_out

@@ -36,7 +36,7 @@ from torch import Tensor, nn
 from ..config import ModelConfig
 from ..io import trim_heap
 from ..model import OutputProjection
-from .packed import MIN_ROWS_HINT, float32_available
+from .packed import float32_available, reorder_float32
 
 LAYER_BACKENDS = ("mkl", "onednn")  # what runs the linear layers (training's choice too: train/gemm.py)
 BACKENDS = (*LAYER_BACKENDS, "mkl+packed", "onednn+packed")
@@ -89,17 +89,12 @@ class OneDnnLinear(nn.Module):
         super().__init__()
         self.bias = linear.bias
         self.in_features, self.out_features = linear.in_features, linear.out_features
-        self.packed = None if rows is None else pack_linear(linear.weight, rows)
+        self.packed = None if rows is None else reorder_float32(linear.weight, rows)
         if self.packed is None:
             self.weight = linear.weight
 
     def forward(self, x: Tensor) -> Tensor:
         return onednn_linear(x, self.weight if self.packed is None else self.packed, self.bias)
-
-
-def pack_linear(weight: Tensor, rows: int) -> Tensor:
-    """weight (out, in) reordered once for oneDNN's product with about `rows` rows: a new, opaque tensor."""
-    return torch.ops.mkldnn._reorder_linear_weight(weight.detach().contiguous(), max(rows, MIN_ROWS_HINT))
 
 
 class OneDnnProjection(nn.Module):
@@ -180,7 +175,7 @@ def layer_seconds(config: ModelConfig, rows: int, copies: int, repeats: int) -> 
     if onednn_available():
         layouts["onednn"] = lambda w: w
     if float32_available():
-        layouts["packed"] = lambda w: pack_linear(w, rows)
+        layouts["packed"] = lambda w: reorder_float32(w, rows)
     seconds = {}
     for name, lay_out in layouts.items():
         matrices = [lay_out(torch.full(shape, 0.5)) for shape in shapes]
@@ -204,7 +199,7 @@ def projection_seconds(rows: int, D: int, V: int, repeats: int) -> dict[str, flo
     if onednn_available():
         seconds["onednn"] = best_seconds(lambda: onednn_linear(x, plain, None), repeats)
     if float32_available():  # packed as `packed.pack_float32` packs the vocabulary
-        packed = torch.ops.mkldnn._reorder_linear_weight(plain, max(x.size(0), MIN_ROWS_HINT))
+        packed = reorder_float32(plain, rows)
         seconds["packed"] = best_seconds(lambda: onednn_linear(x, packed, None), repeats)
         del packed
     del plain

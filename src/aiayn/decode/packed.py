@@ -134,6 +134,12 @@ def float32_available() -> bool:
         return False
 
 
+def reorder_float32(weight: Tensor, rows: int) -> Tensor:
+    """weight (out, in) float32 reordered once for oneDNN's product with about `rows` rows (at least
+    MIN_ROWS_HINT, below which oneDNN keeps the plain matrix): a new, opaque tensor only oneDNN reads."""
+    return torch.ops.mkldnn._reorder_linear_weight(weight.detach().contiguous(), max(rows, MIN_ROWS_HINT))
+
+
 def pack_float32(weight: Tensor, rows_hint: int = MIN_ROWS_HINT, rows_at_once: int = 4096,
                  release: Callable[[], None] | None = None) -> PackedFloat32 | None:
     """weight (V, D) float32 packed for oneDNN's product with about rows_hint rows, or None where that is not
@@ -148,13 +154,12 @@ def pack_float32(weight: Tensor, rows_hint: int = MIN_ROWS_HINT, rows_at_once: i
     if not float32_available() or weight.dtype != torch.float32 or weight.dim() != 2:
         return None
     V, D = weight.shape
-    hint = max(rows_hint, MIN_ROWS_HINT)
     try:
         probe = torch.randn(PROBE_ROWS, D, generator=torch.Generator().manual_seed(0))
-        layout = _layout(probe, torch.ops.mkldnn._reorder_linear_weight(probe, hint), rows_at_once)
+        layout = _layout(probe, reorder_float32(probe, rows_hint), rows_at_once)
         if layout is None:
             return None
-        packed = _view(torch.ops.mkldnn._reorder_linear_weight(torch.empty(V, D), hint), *layout, V, D)
+        packed = _view(reorder_float32(torch.empty(V, D), rows_hint), *layout, V, D)
     except RuntimeError:
         return None
     if packed is None:
