@@ -58,7 +58,7 @@ class _OneDnnLinear(torch.autograd.Function):
         x, weight = ctx.saved_tensors
         grad_x = grad_w = grad_b = None
         if ctx.needs_input_grad[0]:
-            grad_x = onednn_linear(grad.contiguous(), weight.t().contiguous(), None)  # (..., in) = grad W
+            grad_x = onednn_linear(grad.contiguous(), weight.t(), None)  # (..., in) = grad W; W^T a view, read as is
         rows = grad.reshape(-1, grad.size(-1))  # (R, out)
         if ctx.needs_input_grad[1]:
             grad_w = rows.t() @ x.reshape(-1, x.size(-1))  # (out, in), MKL
