@@ -53,6 +53,12 @@ def test_each_backend_forced_gives_the_same_translations_and_logits(model_dir, m
     assert all("weight" not in m._parameters and m.packed.is_mkldnn for m in decoder_linears)
     assert not [p for p in packed.decoder.parameters() if p.dim() == 2]  # held once: packed, not also plain
     assert all(m.weight.dim() == 2 for m in translators["mkl+packed"].model.decoder.modules() if isinstance(m, torch.nn.Linear))
+    for model in (translators["onednn"].model, packed):  # the products of a batch's every token: row-bucketed
+        linears = {name: m for name, m in model.named_modules() if isinstance(m, backend.OneDnnLinear)}
+        once_a_batch = {name for name in linears if name.startswith("encoder.") or name.endswith(("cross_attn.k_proj",
+                                                                                                  "cross_attn.v_proj"))}
+        assert {name for name, m in linears.items() if m.bucketed} == once_a_batch
+        assert len(once_a_batch) == 6 * model.config.encoder.layers + 2 * model.config.decoder.layers
     for beam in (1, 4):
         texts = {name: t.translate(sentences, beam_size=beam) for name, t in translators.items()}
         assert all(texts[name] == texts["mkl"] for name in backend.BACKENDS)
@@ -66,6 +72,21 @@ def test_each_backend_forced_gives_the_same_translations_and_logits(model_dir, m
     monkeypatch.setenv(backend.ENV, "fast")
     with pytest.raises(ValueError, match="AIAYN_GEMM: unknown GEMM backend 'fast'"):
         Translator.load(model_dir)
+
+
+@pytest.mark.parametrize("packed_rows", [None, 4])
+def test_a_row_bucketed_product_is_the_plain_product_of_each_row(packed_rows):
+    """Padded to a multiple of ROW_BUCKET rows up to BUCKETED_ROWS (a few compiled shapes for every batch's
+    token count), the rows given are those of x W^T + b, in x's shape."""
+    torch.manual_seed(0)
+    linear = torch.nn.Linear(48, 40)
+    bucketed = backend.OneDnnLinear(linear, packed_rows, bucketed=True)
+    for shape in [(1, 48), (9, 48), (16, 48), (3, 7, 48), (backend.BUCKETED_ROWS + 1, 48), (2, 0, 48)]:
+        x = torch.randn(shape)
+        with torch.inference_mode():
+            y = bucketed(x)
+        assert y.shape == (*shape[:-1], 40) and y.is_contiguous()
+        torch.testing.assert_close(y, linear(x), atol=1e-5, rtol=1e-5)
 
 
 def test_auto_measures_both_and_takes_the_faster(model_dir, monkeypatch):

@@ -58,6 +58,14 @@ ONEDNN_MARGIN = 1.25
 FRESH_LOGITS_FREE = 8 << 20
 PACKED_MARGIN = ONEDNN_MARGIN
 FEW_ROWS = 32  # up to this many rows a step's products are bound by memory: `measure` reads the whole vocabulary
+# oneDNN compiles and keeps a kernel for each shape it multiplies, about 0.4 MiB each: the encoder's products
+# (and the encoder-decoder attention's W^K, W^V) have as many rows as a batch has tokens, new at nearly every
+# batch of one sentence, and 16 sentences of opus-mt at batch 1 grew the process by 19 MiB. Up to
+# `BUCKETED_ROWS` rows those products run padded to a multiple of `ROW_BUCKET` rows (each row of x W^T is
+# its own), so at most a few shapes are compiled; the padding rows cost next to nothing there, where the
+# products are bound by reading the matrices.
+ROW_BUCKET = 16
+BUCKETED_ROWS = 128
 
 
 def layers_of(name: str) -> str:
@@ -82,19 +90,28 @@ class OneDnnLinear(nn.Module):
     """nn.Linear's product on oneDNN, with the layer's own bias and weight (inference only).
 
     With rows, the weight is packed once for oneDNN's product with about that many rows and held only
-    so: an opaque tensor (not a parameter) that nothing but oneDNN reads.
+    so: an opaque tensor (not a parameter) that nothing but oneDNN reads. With bucketed, products of up to
+    `BUCKETED_ROWS` rows run padded to a multiple of `ROW_BUCKET` rows (for the products of a batch's every
+    token, whose row counts vary from batch to batch).
     """
 
-    def __init__(self, linear: nn.Linear, rows: int | None = None):
+    def __init__(self, linear: nn.Linear, rows: int | None = None, bucketed: bool = False):
         super().__init__()
         self.bias = linear.bias
         self.in_features, self.out_features = linear.in_features, linear.out_features
+        self.bucketed = bucketed
         self.packed = None if rows is None else reorder_float32(linear.weight, rows)
         if self.packed is None:
             self.weight = linear.weight
 
     def forward(self, x: Tensor) -> Tensor:
-        return onednn_linear(x, self.weight if self.packed is None else self.packed, self.bias)
+        weight = self.weight if self.packed is None else self.packed
+        rows = x.numel() // self.in_features
+        padded = -rows % ROW_BUCKET if self.bucketed and rows <= BUCKETED_ROWS else 0
+        if not padded:
+            return onednn_linear(x, weight, self.bias)
+        flat = torch.cat([x.reshape(rows, self.in_features), x.new_zeros(padded, self.in_features)])  # (R', in)
+        return onednn_linear(flat, weight, self.bias)[:rows].view(*x.shape[:-1], self.out_features)  # (..., out)
 
 
 class OneDnnProjection(nn.Module):
@@ -253,18 +270,22 @@ def pick(seconds: dict[str, float], logits_bytes: int) -> str:
 def use_onednn(model: nn.Module, packed_rows: int | None = None) -> None:
     """Every nn.Linear of the encoder and decoder, and the pre-softmax projection, on oneDNN (in place);
     with packed_rows, the decoder's matrices packed for products with about that many rows (`OneDnnLinear`),
-    one at a time, each plain matrix let go as its packing replaces it."""
-    def swap(module: nn.Module, rows: int | None) -> None:
+    one at a time, each plain matrix let go as its packing replaces it. The products of a batch's every
+    token (the encoder's, and the encoder-decoder attention's W^K and W^V) run row-bucketed (`ROW_BUCKET`)."""
+    once_a_batch = {id(layer.cross_attn.k_proj) for layer in model.decoder.layers}
+    once_a_batch |= {id(layer.cross_attn.v_proj) for layer in model.decoder.layers}
+
+    def swap(module: nn.Module, rows: int | None, bucketed: bool) -> None:
         for child_name in [name for name, _ in module.named_children()]:  # names: no list keeps a replaced child
             child = getattr(module, child_name)
             if type(child) is nn.Linear:
-                setattr(module, child_name, OneDnnLinear(child, rows))
+                setattr(module, child_name, OneDnnLinear(child, rows, bucketed or id(child) in once_a_batch))
                 if rows is not None:
                     del child
                     trim_heap()  # the plain matrix just freed, before the next packing is made beside it
             else:
-                swap(child, packed_rows if child is model.decoder else rows)
+                swap(child, packed_rows if child is model.decoder else rows, bucketed or child is model.encoder)
 
-    swap(model, None)
+    swap(model, None, False)
     if type(model.output_proj) is OutputProjection:
         model.output_proj = OneDnnProjection(model.output_proj)
