@@ -73,9 +73,9 @@ def print_choices(times: int, rows_list: tuple[int, ...] = (128, 32, 4, 1)) -> N
     from aiayn.decode import backend
 
     config = ModelConfig.preset("base", vocab_size=58101)  # 6+6 layers, d_model 512, d_ff 2048: opus-mt's widths
-    print(f"Translator.load's measure, opus-mt-en-de's shapes, {times} times; oneDNN is taken above MKL/oneDNN "
-          f"{backend.ONEDNN_MARGIN}, the packed vocabulary above 1 (above {backend.PACKED_MARGIN} where its logits "
-          f"exceed {backend.FRESH_LOGITS_FREE >> 20} MiB):")
+    print(f"Translator.load's measure, opus-mt-en-de's shapes, {times} times; oneDNN and the packed vocabulary are "
+          f"taken above MKL/them 1 (oneDNN above {backend.ONEDNN_MARGIN} and the packed vocabulary with MKL above "
+          f"{backend.PACKED_MARGIN} where a step's logits exceed {backend.FRESH_LOGITS_FREE >> 20} MiB):")
     print("| rows | MKL / oneDNN step time, each measurement | MKL / MKL+packed | taken |\n| --- | --- | --- | --- |")
     for rows in rows_list:
         measured = [backend.measure(config, rows) for _ in range(times)]

@@ -48,6 +48,9 @@ ENV = "AIAYN_GEMM"
 # host with AMX the two measured level (MKL / oneDNN time 0.92-1.12 at 128 rows over 16 measurements),
 # and in decoding MKL was 4-11% faster at beam 4, batch 32 and peaked 100 MiB lower; where oneDNN wins
 # (2-core EPYC hosts: 1.5-2.5x MKL's rate at 4-128 rows), it wins by far more than this (docs/translation.md).
+# Where a step's logits are small (up to `FRESH_LOGITS_FREE`, below) that cost is nothing and the faster is
+# taken: at 1 row a 2-core EPYC host measured MKL's step at 1.25-1.52x oneDNN's, decoded 1.25-1.4x faster on
+# oneDNN, and under the margin took MKL in 2 processes of 6.
 ONEDNN_MARGIN = 1.25
 # The packed vocabulary too returns each step's logits as a new tensor. Where they are small that costs
 # nothing measurable, and packing is taken wherever it measures faster: up to `FRESH_LOGITS_FREE` bytes of
@@ -247,7 +250,7 @@ def rank_zeros(name: str) -> str:
 
 def choose(config: ModelConfig, rows: int, option: str | None = None) -> str:
     """The backend for decoding this model on this CPU: forced (option, AIAYN_GEMM) or the faster measured,
-    where oneDNN must be `ONEDNN_MARGIN` times faster to be taken (and the packed vocabulary: `pick`).
+    by the margins of `pick` where a step's logits are large.
 
     Every rank of a torch.distributed job gets rank 0's answer, so that one job decodes one way.
     """
@@ -259,11 +262,14 @@ def choose(config: ModelConfig, rows: int, option: str | None = None) -> str:
 
 def pick(seconds: dict[str, float], logits_bytes: int) -> str:
     """The backend `choose` takes for these measured step times, a step's float32 logits being logits_bytes:
-    oneDNN's layers only where `ONEDNN_MARGIN` times faster than MKL's; then the packed vocabulary where it
-    is faster, and by `PACKED_MARGIN` where it would replace MKL's buffer for more than `FRESH_LOGITS_FREE`."""
-    name = "onednn" if "onednn" in seconds and seconds["onednn"] * ONEDNN_MARGIN < seconds["mkl"] else "mkl"
+    oneDNN's layers where faster than MKL's, `ONEDNN_MARGIN` times where their fresh logits would take the
+    place of MKL's buffer for more than `FRESH_LOGITS_FREE`; then the packed vocabulary where it is faster,
+    and by `PACKED_MARGIN` where it would replace MKL's buffer for more than `FRESH_LOGITS_FREE`."""
+    large = logits_bytes > FRESH_LOGITS_FREE
+    margin = ONEDNN_MARGIN if large else 1.0
+    name = "onednn" if "onednn" in seconds and seconds["onednn"] * margin < seconds["mkl"] else "mkl"
     packed = seconds.get(f"{name}+packed")
-    margin = PACKED_MARGIN if name == "mkl" and logits_bytes > FRESH_LOGITS_FREE else 1.0
+    margin = PACKED_MARGIN if name == "mkl" and large else 1.0
     return f"{name}+packed" if packed is not None and packed * margin < seconds[name] else name
 
 
