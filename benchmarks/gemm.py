@@ -73,9 +73,10 @@ def print_choices(times: int, rows_list: tuple[int, ...] = (128, 32, 4, 1)) -> N
     from aiayn.decode import backend
 
     config = ModelConfig.preset("base", vocab_size=58101)  # 6+6 layers, d_model 512, d_ff 2048: opus-mt's widths
-    print(f"Translator.load's measure, opus-mt-en-de's shapes, {times} times; oneDNN and the packed vocabulary are "
-          f"taken above MKL/them 1 (oneDNN above {backend.ONEDNN_MARGIN} and the packed vocabulary with MKL above "
-          f"{backend.PACKED_MARGIN} where a step's logits exceed {backend.FRESH_LOGITS_FREE >> 20} MiB):")
+    print(f"Translator.load's measure, opus-mt-en-de's shapes, {times} times; oneDNN's layers are taken where MKL / "
+          f"oneDNN is above 1, the packed vocabulary where it is faster; where a step's logits exceed "
+          f"{backend.FRESH_LOGITS_FREE >> 20} MiB, oneDNN's layers above {backend.ONEDNN_MARGIN} and the packed "
+          f"vocabulary with MKL's layers above {backend.PACKED_MARGIN}:")
     print("| rows | MKL / oneDNN step time, each measurement | MKL / MKL+packed | taken |\n| --- | --- | --- | --- |")
     for rows in rows_list:
         measured = [backend.measure(config, rows) for _ in range(times)]
