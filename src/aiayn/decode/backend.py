@@ -109,12 +109,13 @@ class OneDnnLinear(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         weight = self.weight if self.packed is None else self.packed
-        rows = x.numel() // self.in_features
-        padded = -rows % ROW_BUCKET if self.bucketed and rows <= BUCKETED_ROWS else 0
-        if not padded:
-            return onednn_linear(x, weight, self.bias)
-        flat = torch.cat([x.reshape(rows, self.in_features), x.new_zeros(padded, self.in_features)])  # (R', in)
-        return onednn_linear(flat, weight, self.bias)[:rows].view(*x.shape[:-1], self.out_features)  # (..., out)
+        if self.bucketed:
+            rows = x.numel() // self.in_features
+            padded = -rows % ROW_BUCKET if rows <= BUCKETED_ROWS else 0
+            if padded:
+                flat = torch.cat([x.reshape(rows, self.in_features), x.new_zeros(padded, self.in_features)])  # (R', in)
+                return onednn_linear(flat, weight, self.bias)[:rows].view(*x.shape[:-1], self.out_features)  # (..., out)
+        return onednn_linear(x, weight, self.bias)
 
 
 class OneDnnProjection(nn.Module):
@@ -278,20 +279,20 @@ def use_onednn(model: nn.Module, packed_rows: int | None = None) -> None:
     with packed_rows, the decoder's matrices packed for products with about that many rows (`OneDnnLinear`),
     one at a time, each plain matrix let go as its packing replaces it. The products of a batch's every
     token (the encoder's, and the encoder-decoder attention's W^K and W^V) run row-bucketed (`ROW_BUCKET`)."""
-    once_a_batch = {id(layer.cross_attn.k_proj) for layer in model.decoder.layers}
-    once_a_batch |= {id(layer.cross_attn.v_proj) for layer in model.decoder.layers}
+    once_a_batch = {id(m) for m in model.encoder.modules()}
+    once_a_batch |= {id(m) for layer in model.decoder.layers for m in (layer.cross_attn.k_proj, layer.cross_attn.v_proj)}
 
-    def swap(module: nn.Module, rows: int | None, bucketed: bool) -> None:
+    def swap(module: nn.Module, rows: int | None) -> None:
         for child_name in [name for name, _ in module.named_children()]:  # names: no list keeps a replaced child
             child = getattr(module, child_name)
             if type(child) is nn.Linear:
-                setattr(module, child_name, OneDnnLinear(child, rows, bucketed or id(child) in once_a_batch))
+                setattr(module, child_name, OneDnnLinear(child, rows, id(child) in once_a_batch))
                 if rows is not None:
                     del child
                     trim_heap()  # the plain matrix just freed, before the next packing is made beside it
             else:
-                swap(child, packed_rows if child is model.decoder else rows, bucketed or child is model.encoder)
+                swap(child, packed_rows if child is model.decoder else rows)
 
-    swap(model, None, False)
+    swap(model, None)
     if type(model.output_proj) is OutputProjection:
         model.output_proj = OneDnnProjection(model.output_proj)
