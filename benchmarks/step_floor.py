@@ -30,8 +30,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import translate as T  # noqa: E402  (the peers' model, sentences and workers)
+import translate as T  # the peers' model, sentences and workers (benchmarks/, as load_memory.py imports it)
 
 JOBS = ["greedy-b1", "beam4-b1"]
 TINY = dict(d_model=16, d_ff=64, vocab_size=100)  # the same structure (layers, heads, activation), tiny matrices
@@ -43,32 +42,19 @@ def tiny_step_seconds(config, gemm: str, beam: int, repeats: int = 5) -> float:
 
     import torch
 
-    from aiayn.config import DecodeConfig
-    from aiayn.decode.beam import beam_search
-    from aiayn.decode.greedy import greedy_hypotheses
     from aiayn.decode.layout import for_decoding
-    from aiayn.decode.step import TransformerStep
     from aiayn.model import Transformer
 
-    ids = dict(pad_id=0, bos_id=0, eos_id=1, unk_id=2)
+    ids = dict(eos_id=T.EOS, unk_id=T.UNK, pad_id=2, bos_id=2)  # as the benchmark's model, </s> 0 (forced_search)
     tiny = dataclasses.replace(config, **TINY, tgt_vocab_size=None, d_k=None, d_v=None, d_decoder_ff=None, **ids)
     torch.manual_seed(0)
-    model = for_decoding(Transformer(tiny), gemm, beam)
-
-    class NoEos(TransformerStep):
-        def step(self, tokens, cache):
-            log_probs, cache = super().step(tokens, cache)
-            log_probs[:, tiny.eos_id] = float("-inf")
-            return log_probs, cache
-
-    step, search = NoEos(model), beam_search if beam > 1 else greedy_hypotheses
-    decode = DecodeConfig(beam_size=beam, alpha=1.0, length_penalty="power", max_len=T.OUT_LEN, extra_len=T.OUT_LEN)
-    src = torch.randint(3, tiny.vocab_size, (1, 24))  # about the benchmark's mean source length
-    search(step, src, decode)  # untimed: first calls set up
+    search = T.forced_search(for_decoding(Transformer(tiny), gemm, beam), beam)
+    src = torch.cat([torch.randint(3, tiny.vocab_size, (1, 23)), torch.tensor([[T.EOS]])], dim=1)  # the mean length
+    search(src)  # untimed: first calls set up
     times = []
     for _ in range(repeats):
         began = time.perf_counter()
-        search(step, src, decode)
+        search(src)
         times.append(time.perf_counter() - began)
     return statistics.median(times) / T.OUT_LEN
 
@@ -77,16 +63,10 @@ def stream_rate(megabytes: int = 238) -> float:
     """GB/s of a 2-thread sum over a float32 tensor of that size: what the host streams from memory."""
     import torch
 
+    from aiayn.decode.backend import best_seconds
+
     x = torch.ones(megabytes * (1 << 20) // 4)
-    x.sum()
-    best = min(timed(x.sum) for _ in range(5))
-    return x.numel() * 4 / best / 1e9
-
-
-def timed(run) -> float:
-    began = time.perf_counter()
-    run()
-    return time.perf_counter() - began
+    return x.numel() * 4 / best_seconds(x.sum, 5) / 1e9
 
 
 def main() -> None:

@@ -126,11 +126,7 @@ def run_ct2(work: Path, beam: int, batch_size: int, sources: list[list[int]], co
 
 def run_aiayn(work: Path, beam: int, batch_size: int, sources: list[list[int]], int8: bool):
 
-    from aiayn.config import DecodeConfig
-    from aiayn.decode.beam import beam_search
-    from aiayn.decode.greedy import greedy_hypotheses
     from aiayn.decode.layout import for_decoding
-    from aiayn.decode.step import TransformerStep
     from aiayn.marian.load import load_marian_model
 
     # what Translator.load does, without a tokenizer (there is none here)
@@ -154,7 +150,27 @@ def run_aiayn(work: Path, beam: int, batch_size: int, sources: list[list[int]], 
         gemm = for_decoding_mapped(model, gemm, rows, maps)
         print(f"aiayn float32 decodes with {gemm}", file=sys.stderr, flush=True)
 
-    class NoEos(TransformerStep):  # as HF's min_new_tokens and CTranslate2's min_decoding_length
+    search = forced_search(model, beam)
+
+    def translate(batch):
+        return [hyps[0].tokens for hyps in search(padded(batch))]
+
+    if int8:  # where the vocabulary's product runs: packed for oneDNN, or plain rows and torch._int_mm
+        gemm = "int8 onednn" if model.output_proj.vocabulary.packed is not None else "int8 _int_mm"
+    translate.gemm = gemm  # reported with the worker's figures
+    return translate
+
+
+def forced_search(model, beam: int):
+    """src (B, S) -> each sentence's hypotheses from aiayn's beam search (greedy at beam 1) over model, every
+    output forced to exactly `OUT_LEN` tokens (</s> banned until then, as HF's min_new_tokens and CTranslate2's
+    min_decoding_length); model's eos_id must be `EOS`."""
+    from aiayn.config import DecodeConfig
+    from aiayn.decode.beam import beam_search
+    from aiayn.decode.greedy import greedy_hypotheses
+    from aiayn.decode.step import TransformerStep
+
+    class NoEos(TransformerStep):
         def step(self, tokens, cache):
             log_probs, cache = super().step(tokens, cache)
             log_probs[:, EOS] = float("-inf")
@@ -163,14 +179,7 @@ def run_aiayn(work: Path, beam: int, batch_size: int, sources: list[list[int]], 
     step = NoEos(model)
     config = DecodeConfig(beam_size=beam, alpha=1.0, length_penalty="power", max_len=OUT_LEN, extra_len=OUT_LEN)
     search = beam_search if beam > 1 else greedy_hypotheses
-
-    def translate(batch):
-        return [hyps[0].tokens for hyps in search(step, padded(batch), config)]
-
-    if int8:  # where the vocabulary's product runs: packed for oneDNN, or plain rows and torch._int_mm
-        gemm = "int8 onednn" if model.output_proj.vocabulary.packed is not None else "int8 _int_mm"
-    translate.gemm = gemm  # reported with the worker's figures
-    return translate
+    return lambda src: search(step, src, config)
 
 
 def resident_mib(field: str) -> float:
