@@ -177,6 +177,21 @@ def test_small_claims_on_a_tiny_model(tiny_model):
     src, tgt_in = torch.tensor([[5, 9, 11, 7, 2]]), torch.tensor([[1, 8, 12, 6]])
     assert details.masked_weights(tiny_model, src, tgt_in) == 0.0
     assert details.ffn_as_convolutions(tiny_model) < 1e-5
+    ffn = tiny_model.encoder.layers[0].ffn
+    saved = [p.detach().clone() for p in ffn.parameters()]
+    try:  # a trained FFN's outputs run into the hundreds: float32's rounding is relative, so is the criterion
+        with torch.no_grad():
+            for p in ffn.parameters():
+                p.mul_(30)
+        assert details.ffn_as_convolutions(tiny_model) < 1e-5
+        ffn_forward = ffn.forward  # the convolutions read the same weights: shift the FFN's output alone
+        ffn.forward = lambda x: ffn_forward(x) + 1e-2 * ffn_forward(x).abs().max()
+        assert details.ffn_as_convolutions(tiny_model) > 1e-3  # a real difference shows
+    finally:
+        del ffn.forward
+        with torch.no_grad():
+            for p, s in zip(ffn.parameters(), saved):
+                p.copy_(s)
     eq = details.permutation_equivariance(tiny_model, src)
     assert eq["without_positions"] < 1e-5 < 1e-3 < eq["with_positions"]
     torch.testing.assert_close(tiny_model.encoder.positions.table[:3, :4].double(),
@@ -302,3 +317,15 @@ def test_table3_rows_run_in_parallel_and_a_rerun_reads_them_back(tmp_path, monke
     assert not (tmp_path / "eps_ls-0.2" / "row.json").exists()  # not recorded as measured
     text = table3.table_markdown(rows, 0.02)
     assert "| P_drop=0.0 |" in text and f"{rows[0]['threads']} thread(s) a row, 2 rows at a time" in text
+
+
+def test_the_averaging_claim_counts_the_checkpoints_training_averaged(tmp_path):
+    run = tmp_path / "run"
+    for step in (30, 60, 90, 95):
+        (run / "checkpoints" / f"step-{step}").mkdir(parents=True)
+    (run / "results.json").write_text('{"averaged": ["step-30", "step-60", "step-90"]}')
+    assert details.averaged_checkpoints(run) == ["step-30", "step-60", "step-90"]  # step-95 left out, as training did
+    (run / "results.json").write_text('{"test_bleu": 1.0}')
+    assert details.averaged_checkpoints(run) is None  # not recorded: the caller counts the folders
+    (run / "results.json").write_text("[" * 100_000 + "]" * 100_000)
+    assert details.averaged_checkpoints(run) is None

@@ -38,4 +38,10 @@ def test_bad_arguments_are_one_line_errors(tmp_path, capsys):
     assert "--minutes" in capsys.readouterr().err
     assert cli_main(["paper", "table3", "--minutes", "1", "--rows", "h=3", "--out", str(tmp_path)]) == 2
     assert "unknown Table 3 rows" in capsys.readouterr().err
+    assert cli_main(["paper", "--model", str(tmp_path), "--out", str(tmp_path / "lab")]) == 2  # a folder, no model
+    assert "not a model directory (no config.json) nor a training folder" in capsys.readouterr().err
     assert not any(tmp_path.iterdir())  # nothing written on bad input
+    (tmp_path / "file").write_text("mine")
+    assert cli_main(["paper", "--quick", "--out", str(tmp_path / "file")]) == 2  # said before any training
+    assert "--out " + str(tmp_path / "file") + ": a file, not a folder" in capsys.readouterr().err
+    assert [p.name for p in tmp_path.iterdir()] == ["file"] and (tmp_path / "file").read_text() == "mine"

@@ -3,6 +3,7 @@ forced prefixes, every bad input, the queue limit, and batching of concurrent re
 
 from __future__ import annotations
 
+import json
 import math
 import threading
 import time
@@ -127,9 +128,11 @@ BAD = [
     ("translate", {"lines": ["a"], "beam_size": 2, "n_best": 3}, None, 422, "n_best"),
     ("translate", {"lines": ["a"], "alpha": -1}, None, 422, "alpha"),
     ("translate", {"lines": ["a"], "file": "/etc/passwd"}, None, 422, "file"),
+    ("translate", None, b'{"lines": ["a", "b\\ud800"]}', 422, "lines[1]"),  # a lone surrogate: no character
     ("translate", None, b'{"lines": ["' + b"a" * 5000 + b'"]}', 413, "body"),
     ("explain", {"source": ""}, None, 422, "source"),
     ("explain", {"source": 5}, None, 422, "source"),
+    ("explain", None, b'{"source": "a", "target": "\\udfff"}', 422, "target"),
     ("explain", {"source": "a", "target_ids": [1, -2]}, None, 422, "target_ids[1]"),
     ("explain", {"source": "a", "target_ids": "12"}, None, 422, "target_ids"),
     ("explain", {"source": "a", "target_ids": [5] * 90}, None, 422, "target_ids"),
@@ -153,6 +156,32 @@ def test_wrong_routes_and_methods_are_json_errors(url):
     assert request(f"{url}/static/..%2fapp.py")[0] == 404  # nothing outside the page's own files
     status, headers, _ = request(f"{url}/api/health")
     assert headers["content-security-policy"] == "default-src 'self'"  # the page loads nothing from elsewhere
+
+
+def test_what_another_site_could_send_is_refused(url):
+    """A page elsewhere can POST a form or plain text here without asking (JSON needs this server's leave), or reach
+    a local server through a DNS name of its own pointed at 127.0.0.1: both get a JSON error, and no model work."""
+    import urllib.error
+    import urllib.request
+
+    def send(headers: dict[str, str], body: bytes | None = b'{"lines": ["A dog."]}') -> tuple[int, dict]:
+        req = urllib.request.Request(f"{url}/api/translate" if body else f"{url}/api/health", data=body, headers=headers)
+        try:
+            with urllib.request.urlopen(req, timeout=60) as reply:
+                return reply.status, json.loads(reply.read())
+        except urllib.error.HTTPError as err:
+            return err.code, json.loads(err.read())
+
+    before = request(f"{url}/api/health")[2]["model_batches"]
+    for media in ("text/plain", "application/x-www-form-urlencoded", "multipart/form-data; boundary=x"):
+        status, reply = send({"Content-Type": media})
+        assert (status, reply["field"]) == (415, "content-type") and "application/json" in reply["error"]
+    port = url.rsplit(":", 1)[1]
+    status, reply = send({"Content-Type": "application/json", "Host": f"attacker.example:{port}"})
+    assert (status, reply["field"]) == (421, "host") and "attacker.example" in reply["error"]
+    assert send({"Host": "rebound.example"}, body=None)[0] == 421  # GETs too: the answers could be read
+    assert request(f"{url}/api/health")[2]["model_batches"] == before  # none of them reached the model
+    assert send({"Content-Type": "application/json; charset=utf-8", "Host": f"localhost:{port}"})[0] == 200
 
 
 def test_32_concurrent_requests_are_batched_and_give_the_sequential_outputs(url):
@@ -210,6 +239,28 @@ def test_a_full_queue_answers_503_with_retry_after(model_dir, translator):
         assert request(f"{base}/api/translate", {"lines": ["A bird."]})[0] == 200
 
 
+def test_requests_set_aside_by_a_batching_window_never_overflow_the_queue_or_stop_the_worker(model_dir, translator):
+    """A batch's window sets aside requests of other settings while new ones arrive: they wait at the front and count
+    toward the queue's bound, so a burst gets answers or 503s, never a hang, and the server serves on (it once put
+    them back past the bound, and the worker ended)."""
+    blocking = BlockingTranslator(translator)
+    limits = Limits(max_queue=4, batch_window_ms=300)
+    with serving(model_dir, limits, translator=blocking) as base, ThreadPoolExecutor(9) as pool:
+        ask = lambda beam: request(f"{base}/api/translate", {"lines": ["A dog runs."], "beam_size": beam})
+        first = pool.submit(ask, 1)  # its window opens: 300 ms
+        time.sleep(0.05)
+        second = [pool.submit(ask, 2) for _ in range(4)]
+        time.sleep(0.05)
+        third = [pool.submit(ask, 3) for _ in range(4)]
+        time.sleep(0.1)
+        blocking.release.set()
+        statuses = [f.result(timeout=60)[0] for f in [first, *second, *third]]
+        assert set(statuses) <= {200, 503} and statuses[:5] == [200] * 5 and 503 in statuses
+        assert ask(3)[0] == 200
+        health = request(f"{base}/api/health")[2]
+        assert health["queued"] == 0 and health["failed"] == 0
+
+
 def test_model_and_figures(url):
     status, _, m = request(f"{url}/api/model")
     assert status == 200 and (m["source_lang"], m["target_lang"]) == ("en", "de")
@@ -221,6 +272,10 @@ def test_model_and_figures(url):
     assert f["jacobian_norm"] == pytest.approx(softmax.jacobian_norm(softmax.softmax(f["scores"])))
     assert request(f"{url}/api/figures/softmax?d_k=0")[0::2] == (422, {"error": "d_k = 0 is out of range: 1 to 4096",
                                                                       "field": "d_k"})
+    assert request(f"{url}/api/figures/softmax?d_k=100&raw_scale=1.5&scaled=No")[2] == f  # any case, yes/no too
+    assert request(f"{url}/api/figures/softmax?scaled=False")[2] != request(f"{url}/api/figures/softmax?scaled=TRUE")[2]
+    assert request(f"{url}/api/figures/softmax?scaled=maybe")[0::2] == (
+        422, {"error": "scaled must be true or false, not 'maybe'", "field": "scaled"})
     _, _, pe = request(f"{url}/api/figures/positions?length=20")
     assert pe["layout"] == "interleaved" and len(pe["values"]) == 20 and len(pe["values"][0]) == 64
     assert pe["values"][7][11] == pytest.approx(math.cos(7 / 10000 ** (10 / 64)), abs=1e-6)
@@ -233,6 +288,26 @@ def test_model_and_figures(url):
 def test_serve_command_rejects_bad_limits(model_dir, capsys):
     assert main(["serve", "--model", str(model_dir), "--max-lines", "0"]) == 2
     assert "--max-lines must be positive" in capsys.readouterr().err
+    for flags, message in [(["--beam-size", "40"], "--beam-size 40 is out of range: 1 to --max-beam (16)"),
+                           (["--beam-size", "8", "--max-beam", "6"], "--beam-size 8 is out of range: 1 to --max-beam (6)"),
+                           (["--alpha", "-1"], "--alpha -1.0 is out of range: 0 to --max-alpha (5.0)"),
+                           (["--port", "70000"], "--port 70000 is out of range: 0 to 65535")]:
+        assert main(["serve", "--model", str(model_dir), *flags]) == 2
+        err = capsys.readouterr().err
+        assert err.strip() == f"aiayn serve: error: {message}" and "Traceback" not in err
+
+
+def test_serve_says_a_port_in_use_before_loading_the_model(tmp_path, capsys):
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        assert main(["serve", "--model", str(tmp_path / "no-model"), "--port", str(port)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"aiayn serve: error: cannot listen on 127.0.0.1:{port}: ") and "in use" in err
+    assert "Traceback" not in err and "http://" not in err  # no banner for a server that never started
 
 
 def test_serve_forces_the_gemm_backend_and_reports_it(model_dir, monkeypatch):
@@ -250,9 +325,10 @@ def test_serve_forces_the_gemm_backend_and_reports_it(model_dir, monkeypatch):
         served["translator"] = translator
         return build_app(translator, *args, **kwargs)
 
-    monkeypatch.setattr(uvicorn, "run", lambda app, **kw: None)  # no server: what it would serve
+    monkeypatch.setattr(uvicorn.Server, "run", lambda self, sockets=None: None)  # no server: what it would serve
     monkeypatch.setattr(app_module, "build_app", capture)
-    assert main(["serve", "--model", str(model_dir), "--gemm", "mkl+packed"]) == 0
+    assert main(["serve", "--model", str(model_dir), "--gemm", "mkl+packed", "--port", "0"]) == 0
+    monkeypatch.undo()  # uvicorn's own again, for the server below
     translator = served["translator"]
     assert translator.gemm == "mkl+packed" and is_packed(translator.model)
     with serving(model_dir, translator=translator) as base:

@@ -37,6 +37,8 @@ def model_and_run(args: argparse.Namespace, out: Path) -> tuple[Path, Path | Non
             return given / "model", given, json.loads(results.read_text()) if results.is_file() else None
         if not given.is_dir():
             raise FileNotFoundError(f"--model {given}: no such model directory")
+        if not (given / "config.json").is_file():
+            raise FileNotFoundError(f"--model {given}: not a model directory (no config.json) nor a training folder (no model/)")
         return given, None, None
     from ..lab.trained import train_small
 
@@ -60,7 +62,15 @@ def report(args: argparse.Namespace) -> int:
     from ..lab.report import write_report
 
     out = Path(args.out)
+    if out.exists() and not out.is_dir():  # said now, not after minutes of measuring
+        raise NotADirectoryError(f"--out {out}: a file, not a folder for the report")
     model_dir, run, results = model_and_run(args, out)
+    if args.layer is not None:
+        from ..marian.convert import model_config
+
+        layers = model_config(model_dir).encoder.layers
+        if args.layer > layers:
+            raise ValueError(f"--layer {args.layer}: the model's encoder has layers 1 to {layers}")
     layer = None if args.layer is None else args.layer - 1
     m = measure_all(model_dir, run, results, args.quick, layer, print)
     m["threads"] = torch.get_num_threads()

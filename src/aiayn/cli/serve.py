@@ -8,6 +8,7 @@ them gets a JSON error naming the field.
 from __future__ import annotations
 
 import argparse
+import socket
 import sys
 from dataclasses import fields
 
@@ -48,12 +49,32 @@ def run(args: argparse.Namespace) -> int:
     from ..serve.app import build_app
 
     limits = Limits(**{f.name: getattr(args, f.name) for f in fields(Limits)})
+    if args.beam_size is not None and not 1 <= args.beam_size <= limits.max_beam:
+        raise ValueError(f"--beam-size {args.beam_size} is out of range: 1 to --max-beam ({limits.max_beam})")
+    if args.alpha is not None and not 0 <= args.alpha <= limits.max_alpha:
+        raise ValueError(f"--alpha {args.alpha} is out of range: 0 to --max-alpha ({limits.max_alpha})")
+    listening = listen(args.host, args.port)  # first: a port in use is said before the model loads
     translator = Translator.load(args.model, device=args.device, int8=args.int8, gemm=args.gemm,
                                  beam_size=args.beam_size, alpha=args.alpha)
+    local = args.host in ("127.0.0.1", "localhost", "::1")
     app = build_app(translator, args.model, limits, batching=not args.no_batching,
-                    src_lang=args.source_lang, tgt_lang=args.target_lang)
-    if args.host not in ("127.0.0.1", "localhost", "::1"):
+                    src_lang=args.source_lang, tgt_lang=args.target_lang, local_only=local)
+    if not local:
         print(f"aiayn serve: listening on {args.host}: other machines can reach this server", file=sys.stderr)
     print(f"aiayn serve: {args.model} at http://{args.host}:{args.port}/ (Ctrl-C stops)", file=sys.stderr)
-    uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+    uvicorn.Server(uvicorn.Config(app, log_level="warning")).run(sockets=[listening])
     return 0
+
+
+def listen(host: str, port: int) -> socket.socket:
+    """A socket bound to host:port for the server, or a ValueError that says why not (a port in use, ...)."""
+    if not 0 <= port <= 65535:
+        raise ValueError(f"--port {port} is out of range: 0 to 65535")
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+        sock = socket.socket(family, kind, proto)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+    except OSError as err:
+        raise ValueError(f"cannot listen on {host}:{port}: {err.strerror or err}") from None
+    return sock

@@ -141,7 +141,7 @@ def _details(m: dict[str, Any]) -> list[Claim]:
               bool(sh["embeddings_shared"] and sh["projection_error"] == 0), True),
         Claim("12.2", "Masked attention weights are exactly 0", "§3.2.3", "largest weight on a later position == 0",
               f"{m['masked']:.1e}", m["masked"] == 0.0, True),
-        Claim("12.3", "The FFN is two convolutions of kernel size 1", "§3.3", "max difference < 1e-5",
+        Claim("12.3", "The FFN is two convolutions of kernel size 1", "§3.3", "max difference < 1e-5 of the largest output",
               f"{m['ffn']:.1e}", m["ffn"] < 1e-5, True),
         Claim("12.4", "Without positions the encoder is permutation-equivariant", "§3.5",
               "error < 1e-5 without positions, > 1e-3 with them",

@@ -4,6 +4,8 @@ as two kernel-1 convolutions (§3.3), permutation equivariance without positions
 
 from __future__ import annotations
 
+import json
+
 import math
 import time
 from pathlib import Path
@@ -38,13 +40,16 @@ def masked_weights(model: Transformer, src: torch.Tensor, tgt_in: torch.Tensor) 
 
 
 @torch.no_grad()
-def ffn_as_convolutions(model: Transformer, length: int = 7) -> float:
-    """max |FFN(x) - conv1d(relu(conv1d(x, W_1)), W_2)| for the first encoder layer's FFN, kernel size 1."""
+def ffn_as_convolutions(model: Transformer, length: int = 7, seed: int = 0) -> float:
+    """max |FFN(x) - conv1d(relu(conv1d(x, W_1)), W_2)| over max |FFN(x)|, for the first encoder layer's FFN,
+    kernel size 1: relative, since a trained FFN's outputs run into the hundreds and float32 rounds each
+    product to about 1e-7 of its size."""
     ffn = model.encoder.layers[0].ffn
-    x = torch.randn(2, length, model.config.d_model)  # (B, n, D)
+    x = torch.randn(2, length, model.config.d_model, generator=torch.Generator().manual_seed(seed))  # (B, n, D)
     h = ffn.activation(F.conv1d(x.transpose(1, 2), ffn.fc1.weight[:, :, None], ffn.fc1.bias))  # (B, d_ff, n)
     y = F.conv1d(h, ffn.fc2.weight[:, :, None], ffn.fc2.bias).transpose(1, 2)  # (B, n, D)
-    return float((ffn(x) - y).abs().max())
+    out = ffn(x)
+    return float((out - y).abs().max() / out.abs().max().clamp(min=1e-30))
 
 
 @torch.no_grad()
@@ -92,6 +97,15 @@ def additive_vs_dot(d_k: int = 64, n: int = 64, batch: int = 16, repeats: int = 
     return {"dot_ms": dot, "additive_ms": additive, "ratio": additive / dot}
 
 
+def averaged_checkpoints(run: Path) -> list[str] | None:
+    """The checkpoints run/model is the mean of, as training recorded them in results.json; None where it did not."""
+    try:
+        names = json.loads((run / "results.json").read_text(encoding="utf-8"))["averaged"]
+    except (OSError, ValueError, KeyError, TypeError, RecursionError):
+        return None
+    return names if isinstance(names, list) and all(isinstance(n, str) for n in names) else None
+
+
 def averaged_vs_last(run: Path, sources: list[str], references: list[str], beam_size: int = 1) -> dict[str, Any]:
     """BLEU on the given sentences of run/model (the averaged checkpoints) and of the last checkpoint."""
     from ..decode.translate import Translator
@@ -101,7 +115,7 @@ def averaged_vs_last(run: Path, sources: list[str], references: list[str], beam_
     steps = checkpoint_steps(run / "checkpoints")
     if not steps or not (run / "model").is_dir():
         raise FileNotFoundError(f"{run}: no checkpoints/ and model/ to compare")
-    scores: dict[str, Any] = {"checkpoints": [p.name for _, p in steps]}
+    scores: dict[str, Any] = {"checkpoints": averaged_checkpoints(run) or [p.name for _, p in steps]}
     for name, path in (("averaged", run / "model"), ("last", steps[-1][1])):
         began = time.perf_counter()
         hyps = Translator.load(path, beam_size=beam_size).translate(sources)

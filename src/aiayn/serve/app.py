@@ -18,7 +18,7 @@ from typing import Any
 import torch
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import FileResponse, JSONResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
@@ -39,8 +39,12 @@ SECURITY_HEADERS = [
 
 
 def build_app(translator: Translator, model_dir: str | Path, limits: Limits = Limits(), batching: bool = True,
-              src_lang: str | None = None, tgt_lang: str | None = None) -> Counted:
-    """The app serving translator; model_dir is where it was loaded from (its run's results sit beside it)."""
+              src_lang: str | None = None, tgt_lang: str | None = None, local_only: bool = True) -> Counted:
+    """The app serving translator; model_dir is where it was loaded from (its run's results sit beside it).
+
+    local_only (a server on a loopback address): requests must name this machine in their Host header, so that
+    a web page elsewhere cannot reach the server through a DNS name it points here ("DNS rebinding").
+    """
     api = Api(translator, Path(model_dir), limits, batching, src_lang, tgt_lang)
     app = Starlette(
         routes=[
@@ -56,7 +60,7 @@ def build_app(translator: Translator, model_dir: str | Path, limits: Limits = Li
         lifespan=api.lifespan,
     )
     app.state.worker = api.worker
-    return Counted(app, api.worker)
+    return Counted(app, api.worker, local_only)
 
 
 class Api:
@@ -83,7 +87,7 @@ class Api:
 
     async def health(self, request: Request) -> Response:
         return JSONResponse({"status": "ok", "model_loaded": True, "batching": self.batching,
-                             "queued": self.worker.queue.qsize(), **self.worker.counters})
+                             "queued": self.worker.waiting, **self.worker.counters})
 
     async def model_info(self, request: Request) -> Response:
         config = self.config
@@ -117,7 +121,7 @@ class Api:
         q = request.query_params
         d_k = figures.query_int(q, "d_k", 64, 1, 4096)
         raw_scale = figures.query_float(q, "raw_scale", 2.0, 0.0, 10.0)
-        scaled = q.get("scaled", "true") not in ("false", "0")
+        scaled = figures.query_bool(q, "scaled", True)
         return JSONResponse(figures.softmax_figure(d_k, raw_scale, scaled))
 
     async def positions_figure(self, request: Request) -> Response:
@@ -149,10 +153,13 @@ async def read_json(request: Request, max_bytes: int) -> Any:
     if length.isdigit() and int(length) > max_bytes:
         raise ApiError(413, "body", f"the body has {int(length)} bytes, more than this server's limit of {max_bytes}")
     body = bytearray()
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > max_bytes:
-            raise ApiError(413, "body", f"the body is more than this server's limit of {max_bytes} bytes")
+    try:
+        async for chunk in request.stream():
+            body += chunk
+            if len(body) > max_bytes:
+                raise ApiError(413, "body", f"the body is more than this server's limit of {max_bytes} bytes")
+    except ClientDisconnect:  # no one to answer; not a fault of the server's (no traceback in its log)
+        raise ApiError(400, "body", "the client went away before the whole body arrived") from None
     try:
         return json.loads(body)
     except (ValueError, RecursionError) as err:
@@ -175,21 +182,51 @@ async def internal_error(request: Request, err: Exception) -> Response:
     return JSONResponse({"error": f"internal error: {type(err).__name__}", "field": None}, status_code=500)
 
 
-class Counted:
-    """ASGI wrapper: counts API requests and adds the security headers to every response."""
+LOOPBACK_NAMES = ("localhost", "127.0.0.1", "[::1]", "::1")
 
-    def __init__(self, app: Starlette, worker: ModelWorker):
-        self.app, self.worker, self.state = app, worker, app.state
+
+class Counted:
+    """ASGI wrapper: counts API requests, adds the security headers to every response, and refuses what a page of
+    another site could send: a POST whose body is not declared JSON (a form or plain text needs no permission
+    from this server to be sent across sites; JSON does), and, on a local-only server, a Host not this machine."""
+
+    def __init__(self, app: Starlette, worker: ModelWorker, local_only: bool = True):
+        self.app, self.worker, self.state, self.local_only = app, worker, app.state, local_only
 
     async def __call__(self, scope, receive, send) -> None:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         if scope["path"].startswith("/api/"):
             self.worker.counters["requests"] += 1
+        refusal = self.refusal(scope)
+        if refusal is not None:
+            self.worker.counters["refused_bad_input"] += 1
+            status, field, message = refusal
+            response = JSONResponse({"error": message, "field": field}, status_code=status)
+            return await response(scope, receive, self.with_headers(send))
+        await self.app(scope, receive, self.with_headers(send))
+
+    def refusal(self, scope) -> tuple[int, str, str] | None:
+        """(status, field, message) for a request refused before it reaches the app, else None."""
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
+        if self.local_only:
+            host = headers.get("host", "")
+            name = host.rsplit(":", 1)[0] if not host.endswith("]") else host
+            if name.lower() not in LOOPBACK_NAMES:
+                return 421, "host", f"Host {host!r}: this server answers only requests to this machine (127.0.0.1, localhost)"
+        if scope["method"] == "POST" and scope["path"].startswith("/api/"):
+            media = headers.get("content-type", "").split(";")[0].strip().lower()
+            if media != "application/json":
+                return 415, "content-type", f"the body must be sent as Content-Type: application/json, not {media or 'none'!r}"
+        return None
+
+    @staticmethod
+    def with_headers(send):
+        """send, adding SECURITY_HEADERS to the response's start."""
 
         async def send_with_headers(message) -> None:
             if message["type"] == "http.response.start":
                 message = {**message, "headers": [*message.get("headers", []), *SECURITY_HEADERS]}
             await send(message)
 
-        await self.app(scope, receive, send_with_headers)
+        return send_with_headers

@@ -71,7 +71,7 @@ def translate_request(body: Any, limits: Limits, default_beam: int) -> Translate
     for i, line in enumerate(lines):
         text(line, f"lines[{i}]", limits)
     beam = integer(body, "beam_size", 1, limits.max_beam)
-    n_best = integer(body, "n_best", 1, beam or default_beam)
+    n_best = integer(body, "n_best", 1, beam or default_beam, "the beam size")
     return TranslateRequest(lines, beam, number(body, "alpha", 0.0, limits.max_alpha), n_best or 1)
 
 
@@ -114,17 +114,23 @@ def text(value: Any, name: str, limits: Limits) -> str:
         raise ApiError(422, name, f"{name} must be a string, not {kind(value)}")
     if len(value) > limits.max_chars:
         raise ApiError(422, name, f"{name} has {len(value)} characters, more than this server's limit of {limits.max_chars}")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as err:  # JSON's "\ud800": a lone surrogate, no character
+        raise ApiError(422, name, f"{name} is not valid Unicode: a lone surrogate at character {err.start}") from None
     return value
 
 
-def integer(body: dict, name: str, low: int, high: int) -> int | None:
+def integer(body: dict, name: str, low: int, high: int, high_is: str | None = None) -> int | None:
+    """body[name], an integer in low..high (high_is says what bounds it, where not this server's limit), or None."""
     value = body.get(name)
     if value is None:
         return None
     if not isinstance(value, int) or isinstance(value, bool):
         raise ApiError(422, name, f"{name} must be an integer, not {kind(value)}")
     if not low <= value <= high:
-        raise ApiError(422, name, f"{name} = {value} is out of range: {low} to {high}")
+        bound = f" ({high_is})" if high_is else ""
+        raise ApiError(422, name, f"{name} = {value} is out of range: {low} to {high}{bound}")
     return value
 
 

@@ -4,13 +4,20 @@ The worker takes the first waiting request, waits a short batching window for ot
 and runs the translation requests that share their search settings as one call of
 `Translator.translate_n_best` (which sorts the lines into batches of similar length). Every model
 call runs on the worker's one thread, so the model never runs twice at once. With batching off, each
-request is run alone, in arrival order. A full queue refuses the request (the app answers 503).
+request is run alone, in arrival order. A full queue refuses the request (the app answers 503): the
+bound counts the requests that arrived and those the batching window set aside for a later batch
+(other settings), which wait at the front, in order. Nothing the worker does can end it: a batch that
+fails fails its requests, and anything else that goes wrong fails the requests in hand, is logged, and
+the worker goes on.
 """
 
 from __future__ import annotations
 
 import asyncio
+import sys
 import time
+import traceback
+from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -37,12 +44,13 @@ class ModelWorker:
         self.max_queue, self.max_batch_lines = max_queue, max_batch_lines
         self.counters = {"requests": 0, "model_batches": 0, "sentences": 0, "refused_overloaded": 0,
                          "refused_bad_input": 0, "failed": 0}
-        self.queue: asyncio.Queue[Job] | None = None
+        self.queue: asyncio.Queue[Job] | None = None  # arrivals, unbounded: `waiting` is checked against max_queue
+        self.held: deque[Job] = deque()  # taken out of turn by a batching window: served before the queue
         self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="aiayn-model")
         self.task: asyncio.Task | None = None
 
     async def start(self) -> None:
-        self.queue = asyncio.Queue(maxsize=self.max_queue)
+        self.queue = asyncio.Queue()
         self.task = asyncio.get_running_loop().create_task(self.run())
 
     async def stop(self) -> None:
@@ -58,43 +66,70 @@ class ModelWorker:
         """call() on the model thread, in turn with the translations."""
         return await self._submit(Job(call=call))
 
+    @property
+    def waiting(self) -> int:
+        """Requests waiting for the model: arrived, or set aside by a batching window."""
+        return self.queue.qsize() + len(self.held)
+
     async def _submit(self, job: Job) -> Any:
         job.future = asyncio.get_running_loop().create_future()
-        try:
-            self.queue.put_nowait(job)
-        except asyncio.QueueFull:
+        if self.waiting >= self.max_queue:
             self.counters["refused_overloaded"] += 1
             raise ApiError(503, None, f"the server is busy: {self.max_queue} requests are waiting; try again shortly",
-                           {"Retry-After": "1"}) from None
+                           {"Retry-After": "1"})
+        self.queue.put_nowait(job)
         return await job.future
 
     async def run(self) -> None:
-        loop = asyncio.get_running_loop()
         while True:
-            jobs = [await self.queue.get()]
-            if self.batching and jobs[0].call is None:
-                jobs += await self._gather(jobs[0])
+            jobs = [self.held.popleft() if self.held else await self.queue.get()]
             try:
-                if jobs[0].call is not None:
-                    result = await loop.run_in_executor(self.executor, jobs[0].call)
-                    results = [result]
-                else:
-                    results = await loop.run_in_executor(self.executor, self._translate, jobs)
-                self.counters["model_batches"] += 1
-                for job, result in zip(jobs, results):
-                    if not job.future.done():  # a client that went away has a cancelled future
-                        job.future.set_result(result)
-            except Exception as err:  # one bad batch fails its requests, never the worker
-                if not isinstance(err, ApiError):
-                    self.counters["failed"] += len(jobs)
+                if self.batching and jobs[0].call is None:
+                    jobs += await self._gather(jobs[0])
+                await self._serve(jobs)
+            except asyncio.CancelledError:
+                raise
+            except Exception as err:  # a fault of the worker's own: fail the requests in hand, keep serving
+                traceback.print_exception(err, file=sys.stderr)
+                self.counters["failed"] += len(jobs)
                 for job in jobs:
                     if not job.future.done():
                         job.future.set_exception(err)
 
+    async def _serve(self, jobs: list[Job]) -> None:
+        """Run the jobs on the model thread and answer each; one bad batch fails its requests, never the worker."""
+        loop = asyncio.get_running_loop()
+        try:
+            if jobs[0].call is not None:
+                results = [await loop.run_in_executor(self.executor, jobs[0].call)]
+            else:
+                results = await loop.run_in_executor(self.executor, self._translate, jobs)
+        except Exception as err:
+            if not isinstance(err, ApiError):
+                self.counters["failed"] += len(jobs)
+            for job in jobs:
+                if not job.future.done():
+                    job.future.set_exception(err)
+            return
+        self.counters["model_batches"] += 1
+        for job, result in zip(jobs, results):
+            if not job.future.done():  # a client that went away has a cancelled future
+                job.future.set_result(result)
+
     async def _gather(self, first: Job) -> list[Job]:
-        """Jobs with first's settings that arrive within the batching window, up to max_batch_lines lines."""
+        """Jobs with first's settings waiting now or arriving within the batching window, up to max_batch_lines
+        lines. The others (other settings, explain calls) stay set aside in `held`, in their order."""
         joined, lines, deadline = [], len(first.lines), time.monotonic() + self.window_s
-        held: list[Job] = []  # other settings or explain calls: back to the queue's front, in order
+
+        def take(job: Job) -> bool:
+            nonlocal lines
+            if job.call is None and job.settings == first.settings and lines + len(job.lines) <= self.max_batch_lines:
+                joined.append(job)
+                lines += len(job.lines)
+                return True
+            return False
+
+        self.held = deque(job for job in self.held if not take(job))
         while lines < self.max_batch_lines:
             if self.queue.empty():
                 remaining = deadline - time.monotonic()
@@ -103,23 +138,9 @@ class ModelWorker:
                 await asyncio.sleep(min(remaining, 0.001))
                 continue
             job = self.queue.get_nowait()
-            if job.call is None and job.settings == first.settings and lines + len(job.lines) <= self.max_batch_lines:
-                joined.append(job)
-                lines += len(job.lines)
-            else:
-                held.append(job)
-                if len(held) > self.max_queue:
-                    break
-        self._put_back(held)
+            if not take(job):
+                self.held.append(job)
         return joined
-
-    def _put_back(self, held: list[Job]) -> None:
-        """Return jobs taken out of turn to the front of the queue, in their order."""
-        rest = []
-        while not self.queue.empty():
-            rest.append(self.queue.get_nowait())
-        for job in held + rest:
-            self.queue.put_nowait(job)
 
     def _translate(self, jobs: list[Job]) -> list[list]:
         """On the model thread: all the jobs' lines in one call, split back per job."""
