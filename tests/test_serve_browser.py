@@ -95,6 +95,32 @@ def test_clicking_a_tree_token_forces_it(page):
     assert page.console_errors == []
 
 
+def test_an_empty_or_refused_input_leaves_nothing_of_the_last_sentence(page):
+    """The page once kept the last sentence's attention, tree and forced tokens beside an empty or refused input."""
+    assert page.locator(f"{by_id('beam-tree')} svg").count() == 1  # the last sentence's, from the tests above
+
+    def shows_nothing() -> None:
+        assert page.inner_text(by_id("translation")) == "" and page.locator(f"{by_id('n-best-list')} li").count() == 0
+        assert page.locator(f"{by_id('beam-tree')} svg").count() == 0 and page.locator(f"{by_id('attention')} svg").count() == 0
+        assert page.locator(f"{by_id('beam-tree')} .empty").count() == 1 and page.locator(by_id("forced-token")).count() == 0
+        assert page.inner_text(by_id("forced-info")) == ""
+
+    page.fill(by_id("source"), "")
+    with page.expect_response("**/api/translate"):
+        page.click(by_id("translate"))
+    shows_nothing()
+    page.fill(by_id("source"), "A dog.\n" * 70)  # more lines than the server takes: refused
+    with page.expect_response("**/api/translate") as reply:
+        page.click(by_id("translate"))
+    assert reply.value.status == 422
+    page.wait_for_selector(f"{by_id('status')}.error")
+    shows_nothing()
+    page.fill(by_id("source"), "A girl is jumping over a fence.")  # the page as the tests below expect it
+    page.click(by_id("translate"))
+    page.wait_for_selector(f"{by_id('beam-tree')} svg")
+    page.console_errors.clear()  # the 422 above was logged by the browser, as it should be
+
+
 def test_pe_hover_readout_equals_the_formula(page):
     canvas = page.locator(by_id("pe-heatmap"))
     canvas.scroll_into_view_if_needed()

@@ -24,9 +24,26 @@ async function loadModel() {
   return m;
 }
 
+// What the last sentence showed, gone: nothing on the page may belong to another input than the one asked.
+function clearResults() {
+  state.explained = null;
+  state.source = "";
+  state.forced = null;
+  $("translation").textContent = "";
+  $("n-best-list").replaceChildren();
+  $("forced").replaceChildren();
+  $("forced-info").textContent = "";
+  for (const [id, what] of [["attention", "attention"], ["beam-tree", "search"]]) {
+    const box = $(id);
+    box.replaceChildren();
+    el("p", {class: "empty"}, box, `Translate a sentence to see its ${what}.`);
+  }
+}
+
 async function translate() {
   const lines = $("source").value.split("\n");
   const beam = Number($("beam-size").value), nBest = Number($("n-best").value);
+  clearResults();
   setStatus("translating…");
   try {
     const reply = await api("/api/translate", {lines, beam_size: beam, n_best: nBest, alpha: Number($("alpha").value)});
