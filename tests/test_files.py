@@ -30,14 +30,21 @@ def test_two_temporaries_of_one_file_differ_and_errors_name_the_file(tmp_path):
     assert err.value.filename == str(tmp_path / "missing" / "out.txt")
 
 
-def test_sweep_removes_only_temporaries_of_its_own_pattern(tmp_path):
+def test_sweep_removes_only_temporaries_of_its_own_pattern_whose_writer_ended(tmp_path):
+    import subprocess
+    import sys
+
     from aiayn.files import sweep_temporaries
 
-    left = temporary_beside(tmp_path / "spm.model")  # as a kill -9 mid-write leaves it
+    ended = int(subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                               text=True).stdout)
     (tmp_path / "data").mkdir()
-    deeper = temporary_beside(tmp_path / "data" / "train.safetensors")
-    mine = [tmp_path / "notes.tmp", tmp_path / ".notes.tmp", tmp_path / "results.json.tmp"]
-    for path in mine:
-        path.write_text("the user's")
+    left = tmp_path / f".spm.model.{ended}.abcd_123.aiayn.tmp"  # as a kill -9 mid-write leaves it
+    deeper = tmp_path / "data" / f".train.safetensors.{ended}.x1y2z3w4.aiayn.tmp"
+    live = temporary_beside(tmp_path / "test.hyp")  # this process is still writing it
+    mine = [tmp_path / "notes.tmp", tmp_path / ".notes.tmp", tmp_path / "results.json.tmp", tmp_path / ".notes.abcdefgh.tmp"]
+    for path in [left, deeper, *mine]:
+        path.write_text("the user's" if path in mine else "half")
+    assert live.name.startswith(f".test.hyp.{os.getpid()}.") and live.name.endswith(".aiayn.tmp")
     assert sweep_temporaries(tmp_path) == sorted([left, deeper])
-    assert all(p.read_text() == "the user's" for p in mine) and not left.exists() and not deeper.exists()
+    assert all(p.read_text() == "the user's" for p in mine) and not left.exists() and not deeper.exists() and live.exists()

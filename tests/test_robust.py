@@ -295,3 +295,153 @@ def test_average_never_writes_into_a_checkpoint_or_over_a_model_unasked(run, tmp
     refused(capsys, ["average", str(out), "--last", "2", "--out", str(out / "model")], "--force")
     assert snapshot(out / "checkpoints") == before
     assert main(["average", str(out), "--last", "2", "--out", str(out / "model"), "--force"]) == 0
+
+
+# 10. what -o names is written as `> NAME` would write it, never replaced by something else (QA, 2026-12-05)
+
+def test_output_to_a_pipe_a_symlink_or_stdout_writes_there_and_replaces_nothing(run, tmp_path, capsys):
+    import threading
+
+    source = tmp_path / "in.txt"
+    source.write_text("A man.\n\nTwo dogs.\n")
+    translate = ["translate", "--model", str(run / "model"), "-i", str(source), "--beam-size", "1"]
+    assert main(translate) == 0
+    expected = capsys.readouterr().out
+    assert len(expected.splitlines()) == 3
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    got = {}
+    reader = threading.Thread(target=lambda: got.update(text=fifo.read_text()))
+    reader.start()
+    assert main([*translate, "-o", str(fifo)]) == 0
+    reader.join(timeout=60)
+    assert got["text"] == expected and stat_kind(fifo) == "fifo"  # still the FIFO: its reader got the lines
+    real, link = tmp_path / "real.txt", tmp_path / "link.txt"
+    real.write_text("old\n")
+    real.chmod(0o600)  # private: it stays so
+    link.symlink_to(real)
+    assert main([*translate, "-o", str(link)]) == 0
+    assert link.is_symlink() and real.read_text() == expected and oct(real.stat().st_mode & 0o777) == "0o600"
+    assert main([*translate, "-o", "-"]) == 0 and capsys.readouterr().out == expected and not Path("-").exists()
+    assert not list(tmp_path.glob(".*.tmp"))
+
+
+def stat_kind(path: Path) -> str:
+    import stat
+
+    mode = path.lstat().st_mode
+    return "fifo" if stat.S_ISFIFO(mode) else "link" if stat.S_ISLNK(mode) else "file" if stat.S_ISREG(mode) else "other"
+
+
+def test_a_read_only_or_hard_linked_output_is_refused_and_left_as_it_was(run, tmp_path, capsys):
+    source = tmp_path / "in.txt"
+    source.write_text("A man.\n")
+    translate = ["translate", "--model", str(run / "model"), "-i", str(source)]
+    locked = tmp_path / "locked.txt"
+    locked.write_text("mine\n")
+    locked.chmod(0o444)
+    refused(capsys, [*translate, "-o", str(locked)], str(locked), "read-only")
+    linked, other = tmp_path / "linked.txt", tmp_path / "other-name.txt"
+    linked.write_text("mine\n")
+    os.link(linked, other)
+    refused(capsys, [*translate, "-o", str(linked)], str(linked), "2 hard links")
+    assert locked.read_text() == linked.read_text() == other.read_text() == "mine\n"
+
+
+def test_evaluate_never_saves_its_translations_over_its_own_inputs(run, tmp_path, capsys):
+    src, ref = tmp_path / "src.txt", tmp_path / "ref.txt"
+    src.write_text("A man.\nTwo dogs.\n")
+    ref.write_text("Ein Mann.\nZwei Hunde.\n")
+    evaluate = ["evaluate", "--model", str(run / "model"), "--src", str(src), "--ref", str(ref)]
+    for flag, path in (("--src", src), ("--ref", ref), ("--src", tmp_path / "." / "src.txt")):
+        refused(capsys, [*evaluate, "--save-hyp", str(path)], "--save-hyp", f"the same file as {flag}")
+    assert src.read_text() == "A man.\nTwo dogs.\n" and ref.read_text() == "Ein Mann.\nZwei Hunde.\n"
+    assert main([*evaluate, "--save-hyp", str(tmp_path / "hyp.txt")]) == 0
+    assert len((tmp_path / "hyp.txt").read_text().splitlines()) == 2 and not list(tmp_path.glob(".*.tmp"))
+
+
+def test_sigterm_during_translate_removes_its_half_written_output(run, tmp_path):
+    import signal
+    import time
+
+    source = tmp_path / "in.txt"
+    source.write_text("A man is riding a bike down the street.\n" * 3000)
+    out = tmp_path / "out.txt"
+    command = [sys.executable, "-m", "aiayn", "translate", "--model", str(run / "model"), "-i", str(source),
+               "-o", str(out), "--quiet"]
+    process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not list(tmp_path.glob(".out.txt.*.tmp")):  # translating, into its temporary file
+        assert process.poll() is None and time.monotonic() < deadline, process.stderr.read()
+        time.sleep(0.05)
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(timeout=60) == 128 + signal.SIGTERM
+    assert "aiayn translate: stopped by SIGTERM" in process.stderr.read()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt"]  # no output, no hidden temporary
+
+
+def test_train_sweeps_only_its_own_dead_writers_temporaries(run, tmp_path):
+    from aiayn.files import sweep_temporaries, temporary_beside
+
+    out = copy_run(run, tmp_path / "run")
+    users = [out / ".notes.abcdefgh.tmp", out / "model" / ".backup.20241205.tmp"]
+    for path in users:
+        path.write_text("the user's")
+    live = temporary_beside(out / "test.hyp")  # `aiayn translate -o RUN/test.hyp`, still writing
+    dead = out / "model" / f".config.json.{dead_pid()}.abcdefgh.aiayn.tmp"  # left by a writer killed with -9
+    dead.write_text("{")
+    assert main(train_args(out, "--train.max_steps=6")) == 0
+    assert all(p.read_text() == "the user's" for p in users) and live.exists() and not dead.exists()
+    assert sweep_temporaries(out) == []
+
+
+def dead_pid() -> int:
+    """The id of a process that has ended."""
+    done = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    return int(done.stdout)
+
+
+def test_average_refuses_others_files_mixed_models_and_damaged_checkpoints(run, tmp_path, capsys):
+    out = copy_run(run, tmp_path / "run")
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "config.json").write_text('{"my": "settings"}')
+    refused(capsys, ["average", str(out), "--last", "2", "--out", str(mine)], "config.json", "--force")
+    assert (mine / "config.json").read_text() == '{"my": "settings"}'
+    other = copy_run(run, tmp_path / "other")
+    (other / "model" / "spm.model").write_bytes((other / "model" / "spm.model").read_bytes() + b"\0")
+    refused(capsys, ["average", str(out / "model"), str(other / "model"), "--out", str(tmp_path / "a")],
+            "another vocabulary")
+    config = json_edit(other / "model" / "config.json", d_ff=16)
+    refused(capsys, ["average", str(out / "model"), str(other / "model"), "--out", str(tmp_path / "b")],
+            "another model configuration", "d_ff")
+    config.write_text((out / "model" / "config.json").read_text())
+    weights = out / "checkpoints" / "step-4" / io.WEIGHTS
+    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size * 2 // 3])  # cut short
+    refused(capsys, ["average", str(out), "--last", "2", "--out", str(tmp_path / "c")], str(weights), "unreadable")
+    refused(capsys, train_args(out, "--train.max_steps=6"), str(weights), "unreadable", "delete this checkpoint")
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists() and not (tmp_path / "c").exists()
+
+
+def json_edit(path: Path, **model) -> Path:
+    import json
+
+    meta = json.loads(path.read_text())
+    meta["model"].update(model)
+    path.write_text(json.dumps(meta))
+    return path
+
+
+def test_a_start_that_failed_in_its_setup_takes_the_fix_its_error_asks_for(tmp_path, capsys):
+    data = tmp_path / "tiny"
+    Path(f"{data}.en").write_text("a man runs\ntwo dogs play\n" * 20)
+    Path(f"{data}.de").write_text("ein mann rennt\nzwei hunde spielen\n" * 20)
+    out = tmp_path / "run"
+    args = ["train", str(REPO / "recipes" / "tiny.yaml"), "--out", str(out), f"--data.train={data}",
+            f"--data.valid={data}", "--train.max_steps=2", "--train.save_every=2"]
+    err = refused(capsys, args, "vocab_size")  # far more pieces than this text has
+    assert (out / "run.json").is_file()  # the folder is aiayn's run folder from now on
+    assert main([*args, "--data.vocab_size=30"]) == 0  # the fix: accepted, though the recipe changed
+    assert (out / "checkpoints" / "step-2").is_dir() and "vocab" not in capsys.readouterr().err
+    refused(capsys, [*args, "--data.vocab_size=28"], "changed recipe", "data.vocab_size")  # trained: it holds now
+    assert err

@@ -350,8 +350,12 @@ def test_init_from_an_aiayn_directory_keeps_its_config_and_vocabulary(tmp_path):
     train(tiny_recipe("--train.max_steps=2", "--train.save_every=2"), first, log=lambda _: None)
     second = tmp_path / "second"
     recipe = tiny_recipe("--train.max_steps=2", "--train.save_every=2", "--model.d_model=32", "--data.vocab_size=200")
-    train(recipe, second, init=first / "model", log=lambda _: None)
+    said = []
+    train(recipe, second, init=first / "model", log=said.append)
     assert load_model(second / "model").config == load_model(first / "model").config  # not the recipe's
+    d_model = load_model(first / "model").config.d_model
+    assert any(line.startswith(f"--init {first / 'model'}: the model is init's; the recipe's model fields") and
+               f"d_model 32 (init's: {d_model})" in line for line in said)  # said, not silently dropped
     assert (second / "model" / "spm.model").read_bytes() == (first / "spm.model").read_bytes()
     assert not (second / "spm.model").exists()  # no vocabulary trained
 

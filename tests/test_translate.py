@@ -77,6 +77,25 @@ def test_translator_api(model_dir):
         [translator.translate_n_best([line], beam_size=1)[0] for line in LINES])]
 
 
+def test_the_api_names_a_wrong_argument_instead_of_translating_it_somehow(model_dir):
+    translator = Translator.load(model_dir, beam_size=2)
+    with pytest.raises(TypeError, match="not one str: translate\\(\\[text\\]\\) for one sentence"):
+        translator.translate("A man.")  # five characters would have been five sentences
+    with pytest.raises(TypeError, match=r"sentences\[1\] = None: must be a string"):
+        translator.translate(["A man.", None])
+    with pytest.raises(TypeError, match="sentences must be a list of strings, not int"):
+        translator.translate(5)
+    assert translator.translate(line for line in LINES[:2]) == translator.translate(LINES[:2])  # any iterable
+    for options, error in [({"batch_size": "4"}, TypeError), ({"batch_size": True}, TypeError),
+                           ({"truncate": "no"}, TypeError), ({"max_tokens": 0}, ValueError)]:
+        with pytest.raises(error, match=next(iter(options))):
+            Translator.load(model_dir, **options)
+    with pytest.raises(TypeError, match="decode_config must be a DecodeConfig, not NoneType"):
+        Translator(translator.model, translator.tokenizer, decode_config=None)
+    with pytest.raises(ValueError, match="n_best 3 with sampling"):
+        translator.translate(["A man."], sample=True, n_best=3)
+
+
 def test_loaded_translator_is_laid_out_for_decoding_and_translates_the_same(model_dir):
     """With MKL's products Translator.load reads matrices column-major (aiayn.decode.layout); the translations
     do not change. (On a host where oneDNN is faster, the default takes it and keeps the layout: test_backend.)"""

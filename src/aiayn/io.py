@@ -12,9 +12,12 @@ import json
 import math
 import mmap
 import os
+import re
+import warnings
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import torch
 from safetensors.torch import save_model as _save_weights
@@ -112,6 +115,35 @@ def _read_header(f, path: Path) -> tuple[int, dict, dict]:
             raise ValueError(f"{path}: tensor {name}: data_offsets {offsets} do not hold a {info['dtype']} "
                              f"tensor of shape {shape}")
     return 8 + size, header, metadata
+
+
+SAFE_TORCH_LOAD = (2, 6)  # torch.load(weights_only=True) could be made to run code before 2.6 (CVE-2025-32434)
+
+
+def load_plain_pickle(path: Path, what: str) -> Any:
+    """A PyTorch pickle (pytorch_model.bin, an old state.pt) read with weights_only=True: plain tensors and
+    containers only, no code run. Refused outright on a torch too old for that check to hold; anything the
+    check refuses is one line, `PATH: refused: ...; nothing in it was run`."""
+    version = tuple(int(part) for part in re.findall(r"\d+", torch.__version__)[:2])
+    if version < SAFE_TORCH_LOAD:
+        raise ValueError(f"{path}: not read: torch {torch.__version__} cannot load a pickle without risk of running "
+                         f"code in it (CVE-2025-32434); install torch 2.6 or later, or give {what} as safetensors")
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:  # UnpicklingError and whatever a hostile or broken file raises
+        raise ValueError(f"{path}: refused: not {what} of plain tensors ({_why_refused(err)}); nothing in it was run") from None
+
+
+def _why_refused(err: Exception) -> str:
+    """The reason in torch.load's refusal (`Unsupported global: GLOBAL posix.system`), without its advice to load
+    the file with weights_only=False."""
+    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+    for i, line in enumerate(lines[:-1]):
+        if line.endswith("WeightsUnpickler error:"):
+            return lines[i + 1][:120]
+    return lines[0][:120] if lines and "weights_only" not in lines[0] else type(err).__name__
 
 
 def trim_heap() -> None:
@@ -254,6 +286,8 @@ def save_model(model: Transformer, directory: str | Path, vocab_proto: bytes | N
 def read_config(directory: str | Path) -> dict:
     """DIR/config.json as a JSON object; an error naming the file when it is missing or is not one."""
     path = Path(directory) / CONFIG
+    if not Path(directory).exists():
+        raise FileNotFoundError(f"{directory}: no such model directory")
     if not path.is_file():
         raise FileNotFoundError(f"{directory}: no {CONFIG}; not a model directory")
     try:

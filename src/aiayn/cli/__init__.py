@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
 import os
+import signal
 import sys
+import threading
 
 import yaml
 
@@ -49,25 +52,49 @@ def build_parser() -> argparse.ArgumentParser:
 USER_ERRORS = (ValueError, FileNotFoundError, FileExistsError, IsADirectoryError, NotADirectoryError, PermissionError,
                yaml.YAMLError)
 SIGPIPE_EXIT = 141  # 128 + SIGPIPE: what a shell reports for a tool stopped by a closed pipe
+# The machine's, not aiayn's: a full disk, a quota, a read-only file system, a file too large. One line, exit 1.
+ENVIRONMENT_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EFBIG)
+
+
+class Terminated(Exception):
+    """SIGTERM or SIGHUP (`timeout`, a closed terminal, torchrun stopping a job), raised where the program is, so
+    that its cleanups run: a half-written output's temporary file is removed, as after Ctrl-C."""
+
+
+def _terminated(signum: int, frame) -> None:
+    raise Terminated(signal.Signals(signum).name)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    handled = (signal.SIGTERM, signal.SIGHUP)
+    previous = {s: signal.signal(s, _terminated) for s in handled} if threading.current_thread() is threading.main_thread() else {}
     try:
         return importlib.import_module(f"aiayn.cli.{args._module}").run(args) or 0
     except USER_ERRORS as err:  # bad input: a clear message, no traceback
         print(f"aiayn {args.command}: error: {error_text(err)}", file=sys.stderr)
         return 2
+    except Terminated as err:
+        print(f"aiayn {args.command}: stopped by {err}", file=sys.stderr)
+        return 128 + int(getattr(signal, str(err)))
     except BrokenPipeError:  # stdout closed early (`aiayn translate ... | head -1`): end quietly, as Unix tools do
         try:
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the exit's final flush goes nowhere
         except (OSError, ValueError):
             pass
         return SIGPIPE_EXIT
+    except OSError as err:  # after BrokenPipeError, which is one
+        if err.errno not in ENVIRONMENT_ERRNOS:
+            raise
+        print(f"aiayn {args.command}: error: {error_text(err)}", file=sys.stderr)  # the disk, not aiayn
+        return 1
     except KeyboardInterrupt as err:  # Ctrl-C; what was stopped, where it says (aiayn paper table3)
         if str(err):
             print(f"aiayn {args.command}: stopped: {err}", file=sys.stderr)
         return 130
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
 
 
 def error_text(err: Exception) -> str:

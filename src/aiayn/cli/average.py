@@ -30,11 +30,38 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--last {args.last}: take at least one checkpoint")
     if not directories:
         raise FileNotFoundError(f"{', '.join(args.inputs)}: no checkpoints to average")
+    same_model(directories)
     out = Path(args.out)
     for directory in directories:  # writing into a checkpoint being averaged could destroy it
         check_output(directory, out)
-    if (out / "model.safetensors").exists() and not args.force:
-        raise ValueError(f"{out} already holds a model; pass --force to replace its model files")
+    there = [name for name in WRITTEN if (out / name).exists()]
+    if there and not args.force:
+        raise ValueError(f"{out} already holds {', '.join(there)}; pass --force to replace them")
     average_checkpoints(directories, out)
     print(f"{args.out}: the mean of {len(directories)} checkpoint(s): {', '.join(str(d) for d in directories)}")
     return 0
+
+
+WRITTEN = ("model.safetensors", "config.json", "spm.model")  # what average_checkpoints writes in --out
+
+
+def same_model(directories: list[Path]) -> None:
+    """Every directory an aiayn model of one configuration and one vocabulary: their mean is then a model."""
+    from ..io import is_aiayn_model, read_model_config
+
+    def identity(directory: Path) -> tuple[dict, bytes | None]:
+        if not is_aiayn_model(directory):
+            raise ValueError(f"{directory}: not an aiayn model directory (a Marian one? `aiayn convert` it first)")
+        vocab = directory / "spm.model"
+        return read_model_config(directory).to_dict(), vocab.read_bytes() if vocab.is_file() else None
+
+    first = directories[0]
+    config, vocab = identity(first)
+    for directory in directories[1:]:
+        other, other_vocab = identity(directory)
+        if other != config:
+            changed = ", ".join(sorted(k for k in config.keys() | other.keys() if config.get(k) != other.get(k)))
+            raise ValueError(f"{directory}: another model configuration than {first} ({changed}); only checkpoints "
+                             "of one model can be averaged")
+        if other_vocab != vocab:
+            raise ValueError(f"{directory}: another vocabulary (spm.model) than {first}; their weights mean other pieces")

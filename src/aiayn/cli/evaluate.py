@@ -8,9 +8,8 @@ from __future__ import annotations
 
 import argparse
 import json
-from pathlib import Path
 
-from .paths import output_file
+from .paths import output_file, same_file, text_output
 from .translate import add_search_arguments, chunks, load_translator, read_lines
 
 DEFAULT_LANG = "de"  # the paper's En-De tokenised BLEU
@@ -45,6 +44,11 @@ def run(args: argparse.Namespace) -> int:
         from ..parse.report import evaluate_trees
 
         return evaluate_trees(args.hyp, args.ref, args.json)
+    for flag in ("src", "ref", "hyp"):
+        given = getattr(args, flag)
+        if args.save_hyp and given and same_file(given, args.save_hyp):
+            raise ValueError(f"--save-hyp {args.save_hyp}: the same file as --{flag} {given}, which it would replace; "
+                             "save the translations elsewhere")
     refs = read_file(args.ref)
     if not refs:
         raise ValueError(f"{args.ref}: empty file; there is nothing to score")
@@ -57,8 +61,9 @@ def run(args: argparse.Namespace) -> int:
             raise ValueError(f"{args.src} has {len(srcs)} lines but {args.ref} has {len(refs)}")
         translator = load_translator(args)
         hyps = [h for block in chunks(iter(srcs), 2048) for h in translator.translate(block)]
-        if args.save_hyp:
-            Path(args.save_hyp).write_text("".join(h + "\n" for h in hyps), encoding="utf-8")
+        if args.save_hyp:  # written whole or not at all
+            with text_output(args.save_hyp) as out:
+                out.writelines(h + "\n" for h in hyps)
         ppl, n = evaluate.perplexity(
             translator.model, translator.tokenizer.encode_source(srcs), translator.tokenizer.encode_target(refs),
             args.batch_size, translator.device,

@@ -15,8 +15,8 @@ import argparse
 import sys
 from typing import BinaryIO, TextIO
 
-from .paths import input_file, output_file, text_output
-from .translate import _same_file, at_least, each_block, number
+from .paths import input_file, output_file, same_file, text_output
+from .translate import at_least, each_block, number
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -47,7 +47,7 @@ def parse_stream(parser, stream: BinaryIO, name: str, out: TextIO) -> int:
 def run(args: argparse.Namespace) -> int:
     from ..parse.parser import Parser
 
-    if args.input and args.output and _same_file(args.input, args.output):
+    if args.input and args.output and same_file(args.input, args.output):
         raise ValueError(f"-o {args.output}: the same file as -i {args.input}; the input would be replaced "
                          f"by its trees; write to another file")
 

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import os
+import stat
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,7 +25,9 @@ def input_file(text: str) -> str:
 
 
 def output_file(text: str) -> str:
-    """An argparse type: a file to write, not a directory, in a folder that exists."""
+    """An argparse type: a file to write (or "-", standard output), not a directory, in a folder that exists."""
+    if text == "-":
+        return text
     out = Path(text)
     if out.is_dir():
         raise argparse.ArgumentTypeError(f"{text} is a directory; give the name of the file to write")
@@ -44,18 +48,51 @@ def check_output_folder(path: str | Path, flag: str) -> None:
             return
 
 
+def same_file(a: str, b: str) -> bool:
+    """Whether two paths name one file: the same resolved path, or the same inode (a hard link)."""
+    if Path(a).resolve() == Path(b).resolve():
+        return True
+    try:
+        return os.path.samefile(a, b)
+    except OSError:  # b does not exist yet
+        return False
+
+
 @contextlib.contextmanager
 def text_output(path: str | None) -> Iterator[TextIO]:
-    """stdout as UTF-8, or the file at path written whole or not at all (a temporary beside it, then renamed)."""
-    if path is None:
+    """stdout as UTF-8 (path None or "-"), or the file at path written whole or not at all: a temporary beside it,
+    renamed onto it when complete.
+
+    What is at path is written as the user would expect of `> path`, never replaced by something else:
+    a device, FIFO or socket (`/dev/null`, `/dev/stdout`, bash's `>(cmd)`) is written into as the lines come;
+    a symlink's target is written and the link kept; an existing file keeps its permissions. A read-only file
+    is refused, and so is a file with other hard links (renaming onto one name would leave the others the old
+    text).
+    """
+    if path is None or path == "-":
         if hasattr(sys.stdout, "reconfigure"):
             sys.stdout.reconfigure(encoding="utf-8")
         yield sys.stdout
         return
-    tmp = temporary_beside(path)
+    if os.path.exists(path) and not os.path.isfile(path):  # not a regular file (after symlinks): no rename onto it
+        with open(path, "w", encoding="utf-8", newline="\n") as out:
+            yield out
+        return
+    target, mode = Path(os.path.realpath(path)), None
+    if target.exists():
+        info = target.stat()
+        if not info.st_mode & (stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH):
+            raise PermissionError(errno.EACCES, "read-only; not written over (chmod u+w to let it be)", path)
+        if info.st_nlink > 1:
+            raise PermissionError(errno.EMLINK, f"has {info.st_nlink} hard links, which a new file would leave "
+                                  "holding the old text; write to another name", path)
+        mode = stat.S_IMODE(info.st_mode)
+    tmp = temporary_beside(target)
     try:
+        if mode is not None:
+            os.chmod(tmp, mode)
         with open(tmp, "w", encoding="utf-8", newline="\n") as out:
             yield out
-        os.replace(tmp, path)
+        os.replace(tmp, target)
     finally:
         tmp.unlink(missing_ok=True)

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import BinaryIO, TextIO
 
 from ..decode.backend import BACKENDS
-from .paths import input_file, output_file, text_output
+from .paths import input_file, output_file, same_file, text_output
 
 CHUNK = 2048  # lines sorted and batched together; memory stays bounded on files of any size
 
@@ -42,7 +42,7 @@ def add_search_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--temperature", type=number(above=0), help="sampling temperature (above 0)")
     parser.add_argument("--top-k", type=at_least(0), help="sample from the k likeliest tokens; 0 = all")
     parser.add_argument("--top-p", type=number(above=0, at_most=1), help="nucleus sampling: in (0, 1]")
-    parser.add_argument("--seed", type=int, default=0, help="random seed for --sample")
+    parser.add_argument("--seed", type=SEEDS, default=0, help="random seed for --sample")
     parser.add_argument("--batch-size", type=at_least(1), default=32, help="sentences per batch (default 32)")
     parser.add_argument("--max-tokens", type=at_least(1), help="batch by padded source tokens instead of sentences")
     parser.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, ...")
@@ -61,17 +61,21 @@ def add_gemm_argument(parser: argparse.ArgumentParser) -> None:
                              "+packed: the matrices oneDNN multiplies packed for it (the vocabulary; with onednn, the decoder's too)")
 
 
-def at_least(low: int):
-    """An argparse type: an integer >= low, else argparse's one-line error naming the flag."""
+def at_least(low: int, high: int | None = None):
+    """An argparse type: an integer >= low (and <= high), else argparse's one-line error naming the flag."""
     def parse(text: str) -> int:
         try:
             value = int(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-        if value < low:
-            raise argparse.ArgumentTypeError(f"must be at least {low}, got {value}")
+        if value < low or (high is not None and value > high):
+            raise argparse.ArgumentTypeError(f"must be at least {low}" + (f" and at most {high}" if high is not None
+                                                                            else "") + f", got {value}")
         return value
     return parse
+
+
+SEEDS = at_least(0, 2**63 - 1)  # what torch.manual_seed takes
 
 
 def number(above: float | None = None, at_most: float | None = None):
@@ -115,6 +119,8 @@ def read_lines(stream: BinaryIO, name: str) -> Iterator[str]:
         try:
             line = raw.decode("utf-8")
         except UnicodeDecodeError as err:
+            if number == 1 and raw.startswith(b"\x1f\x8b"):  # gzip's magic number
+                raise ValueError(f"{name}: gzip-compressed; translate reads plain text: `zcat {name} | aiayn translate ...`") from None
             raise ValueError(f"{name}: line {number}: not valid UTF-8 ({err.reason} at byte {err.start})") from None
         yield line.rstrip("\r\n")
 
@@ -165,18 +171,8 @@ def translate_stream(translator, stream: BinaryIO, name: str, out: TextIO, n_bes
     return each_block(stream, name, out, write, progress)
 
 
-def _same_file(a: str, b: str) -> bool:
-    """Whether two paths name one file: the same resolved path, or the same inode (a hard link)."""
-    if Path(a).resolve() == Path(b).resolve():
-        return True
-    try:
-        return os.path.samefile(a, b)
-    except OSError:  # b does not exist yet
-        return False
-
-
 def run(args: argparse.Namespace) -> int:
-    if args.input and args.output and _same_file(args.input, args.output):
+    if args.input and args.output and same_file(args.input, args.output):
         raise ValueError(f"-o {args.output}: the same file as -i {args.input}; the input would be replaced "
                          f"by its translation; write to another file")
     if int(os.environ.get("WORLD_SIZE", 1)) > 1:  # under torchrun: each rank its share of the lines

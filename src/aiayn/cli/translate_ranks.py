@@ -18,8 +18,8 @@ import sys
 import torch
 import torch.distributed as dist
 
-from ..files import temporary_beside
 from ..train import distributed
+from .paths import text_output
 from .translate import CHUNK, chunks, read_lines
 
 
@@ -40,28 +40,20 @@ def run(args: argparse.Namespace) -> int:
 def translate_file(args: argparse.Namespace, translator) -> int:
     rank, world = distributed.rank(), distributed.world_size()
     main = rank == 0
-    tmp = temporary_beside(args.output) if main else None
     done = mine = 0
-    try:
-        with open(args.input, "rb") as stream, (open(tmp, "w", encoding="utf-8", newline="\n") if main else
-                                                 open(os.devnull, "w")) as out:
-            for block in chunks(read_lines(stream, args.input), CHUNK):
-                share = list(range(rank, len(block), world))
-                texts, error = translate_share(translator, block, share, done, args.n_best)
-                mine += len(share)
-                parts: list = [None] * world
-                dist.all_gather_object(parts, (texts, error))
-                errors = sorted(e for _, e in parts if e)
-                if errors:  # the first bad line, on every rank
-                    raise ValueError(f"{args.input}: line {errors[0][0]}: {errors[0][1]}")
-                for j in range(len(block)):  # line j was rank j % world's (j // world)-th
-                    out.write(parts[j % world][0][j // world])
-                done += len(block)
-        if main:
-            os.replace(tmp, args.output)
-    finally:
-        if main:
-            tmp.unlink(missing_ok=True)
+    with open(args.input, "rb") as stream, (text_output(args.output) if main else open(os.devnull, "w")) as out:
+        for block in chunks(read_lines(stream, args.input), CHUNK):
+            share = list(range(rank, len(block), world))
+            texts, error = translate_share(translator, block, share, done, args.n_best)
+            mine += len(share)
+            parts: list = [None] * world
+            dist.all_gather_object(parts, (texts, error))
+            errors = sorted(e for _, e in parts if e)
+            if errors:  # the first bad line, on every rank
+                raise ValueError(f"{args.input}: line {errors[0][0]}: {errors[0][1]}")
+            for j in range(len(block)):  # line j was rank j % world's (j // world)-th
+                out.write(parts[j % world][0][j // world])
+            done += len(block)
     print(f"aiayn translate: rank {rank} of {world} translated {mine} of {done} lines", file=sys.stderr)
     return 0
 

@@ -47,6 +47,35 @@ def check_device(device: str | torch.device, what: str = "device") -> torch.devi
     return device
 
 
+def check_batching(**options: Any) -> None:
+    """batch_size and max_tokens positive integers (or None), truncate a bool: a TypeError or ValueError naming the one
+    that is not (a string "4" or "no" would otherwise fail deep inside, or turn truncation on)."""
+    for name in ("batch_size", "max_tokens"):
+        value = options.get(name)
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
+            raise TypeError(f"{name} = {value!r}: must be an integer, not {type(value).__name__}")
+        if value is not None and value < 1:
+            raise ValueError(f"{name} = {value!r}: must be an integer of at least 1")
+    if "truncate" in options and options["truncate"] is not None and not isinstance(options["truncate"], bool):
+        raise TypeError(f"truncate = {options['truncate']!r}: must be True or False")
+
+
+def as_sentences(sentences: Any) -> list[str]:
+    """sentences as a list of strings; a string (which would be translated a character at a time) or a non-string
+    item is a TypeError naming it."""
+    if isinstance(sentences, (str, bytes)):
+        raise TypeError(f"sentences must be a list of strings, not one {type(sentences).__name__}: "
+                        f"translate([text]) for one sentence")
+    try:
+        sentences = list(sentences)
+    except TypeError:
+        raise TypeError(f"sentences must be a list of strings, not {type(sentences).__name__}") from None
+    for i, sentence in enumerate(sentences):
+        if not isinstance(sentence, str):
+            raise TypeError(f"sentences[{i}] = {sentence!r}: must be a string, not {type(sentence).__name__}")
+    return sentences
+
+
 class Translation(NamedTuple):
     text: str
     score: float  # length-penalised log-probability, what the search ranked by
@@ -67,9 +96,9 @@ class Translator:
         truncate: bool = False,
     ):
         self.device = check_device(device)
-        for name, value in (("batch_size", batch_size), ("max_tokens", max_tokens)):
-            if value is not None and not (isinstance(value, int) and value >= 1):
-                raise ValueError(f"{name} = {value!r}: must be an integer of at least 1")
+        check_batching(batch_size=batch_size, max_tokens=max_tokens, truncate=truncate)
+        if not isinstance(decode_config, DecodeConfig):
+            raise TypeError(f"decode_config must be a DecodeConfig, not {type(decode_config).__name__}")
         self.model = model.to(self.device).eval()
         self.tokenizer = tokenizer
         self.config = decode_config
@@ -83,9 +112,11 @@ class Translator:
         """An aiayn model directory, or a Hugging Face Marian one; options override its decoding defaults.
 
         gemm: the float32 matrix-product backend on a CPU, "mkl" or "onednn", either with "+packed" (the
-        vocabulary packed for oneDNN and, with "onednn", the decoder's matrices too); None or "auto": the AIAYN_GEMM environment variable, else the
-        fastest measured on this model's shapes (backend.py).
+        vocabulary packed for oneDNN and, with "onednn", the decoder's matrices too), or "onednn+gemv" (a batch-1
+        step's products on aiayn's own product, gemv.py); None or "auto": the AIAYN_GEMM environment variable, else
+        the fastest measured on this model's shapes (backend.py).
         """
+        check_batching(**{k: options.get(k) for k in ("batch_size", "max_tokens", "truncate")})
         from ..io import MappedReads
         from ..marian import load_any
         from ..marian.convert import model_config
@@ -125,6 +156,9 @@ class Translator:
         config = self.config.replace(**{k: v for k, v in options.items() if v is not None})
         if config.n_best > config.beam_size and not config.sample:
             raise ValueError(f"n_best {config.n_best} is more than the beam size {config.beam_size}")
+        if config.n_best > 1 and config.sample:  # sampling draws one translation a sentence
+            raise ValueError(f"n_best {config.n_best} with sampling: sampling draws one translation a sentence; "
+                             "an n-best list needs beam search")
         vocab = self.model.config.target_vocab_size
         if config.beam_size > vocab and not config.sample:  # a beam holds distinct continuations
             raise ValueError(f"beam_size {config.beam_size} is more than the {vocab:,} tokens of the target vocabulary")
@@ -135,7 +169,10 @@ class Translator:
         return [hyps[0].text if hyps else "" for hyps in self.translate_n_best(sentences, **options)]
 
     def translate_n_best(self, sentences: list[str], **options: Any) -> list[list[Translation]]:
-        """The n_best translations of each sentence with their scores, best first ([] for an empty one)."""
+        """The n_best translations of each sentence with their scores, best first ([] for an empty one).
+
+        sentences: a list (or any iterable, not a string) of strings."""
+        sentences = as_sentences(sentences)
         config = self.decode_config(**options)
         ids = self.encode(sentences)
         out: list[list[Translation]] = [[] for _ in sentences]
@@ -165,7 +202,7 @@ class Translator:
         for i, seq in zip(nonempty, encoded):
             if len(seq) > limit:
                 if not self.truncate:
-                    detail = f"{len(seq)} tokens, more than the model's maximum of {limit} (truncate to cut it)"
+                    detail = f"{len(seq)} tokens, more than the model's maximum of {limit} (--truncate, or truncate=True, cuts it)"
                     raise SentenceTooLong(i, detail)
                 seq = seq[: limit - 1] + seq[-1:]  # keep the final </s>
             ids[i] = seq

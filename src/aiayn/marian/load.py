@@ -16,7 +16,7 @@ import torch
 from torch import Tensor
 
 from ..config import DecodeConfig, ModelConfig
-from ..io import Reader, check_state, read_safetensors
+from ..io import Reader, check_state, load_plain_pickle, read_safetensors
 from ..model import Transformer, sinusoid_table
 from .tokenizer import VOCAB, MarianTokenizer, read_json
 
@@ -130,10 +130,7 @@ def read_weights(directory: str | Path, read: Reader = read_safetensors) -> dict
         files = sorted(set(read_json(directory / SAFETENSORS_INDEX)["weight_map"].values()))
         return {k: v for f in files for k, v in read(directory / f).items()}
     if (directory / TORCH_BIN).is_file():
-        try:
-            weights = torch.load(directory / TORCH_BIN, map_location="cpu", weights_only=True)
-        except Exception as err:  # weights_only refuses anything but tensors: say so plainly
-            raise ValueError(f"{directory / TORCH_BIN}: cannot be read as plain tensors ({err})") from None
+        weights = load_plain_pickle(directory / TORCH_BIN, "a state dict")
         if not isinstance(weights, dict):
             raise ValueError(f"{directory / TORCH_BIN}: expected a state dict of tensors")
         return weights

@@ -25,12 +25,13 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from .. import faults
 from ..files import temporary_beside
 from ..data.batching import BatchStream
-from ..io import WEIGHTS, save_model, write_atomic
+from ..io import WEIGHTS, load_plain_pickle, save_model, write_atomic
 from ..model import Transformer
 from . import distributed
 from .rng import all_rng_states, rng_from_plain, rng_to_plain, set_rng_state
@@ -86,7 +87,11 @@ class Checkpoints:
         from safetensors.torch import load_model as load_weights
 
         state, optimizer_state = load_checkpoint(checkpoint)  # first: a refused state leaves the model untouched
-        load_weights(self.model, str(checkpoint / WEIGHTS), device=str(device))
+        try:
+            load_weights(self.model, str(checkpoint / WEIGHTS), device=str(device))
+        except SafetensorError as err:  # a truncated or damaged file: checked before any weight is set
+            raise ValueError(f"{checkpoint / WEIGHTS}: unreadable ({err}); delete this checkpoint to resume from the "
+                             "one before") from None
         self.optimizer.load_state_dict(optimizer_state)
         self.stream.load_state_dict(state.data)
         rank = distributed.rank()
@@ -216,7 +221,7 @@ def load_checkpoint(checkpoint: Path) -> tuple[TrainState, dict]:
     try:
         plain = json.loads((checkpoint / STATE).read_text())
         tensors = load_file(str(checkpoint / TENSORS))
-    except (OSError, ValueError, RuntimeError) as err:  # safetensors raises its own error type
+    except (OSError, ValueError, RuntimeError, SafetensorError) as err:  # safetensors raises its own error type
         raise ValueError(f"{checkpoint}: unreadable training state ({err}); delete this checkpoint to resume "
                          f"from the one before") from None
     if not isinstance(plain, dict) or plain.get("format") != FORMAT:
@@ -237,11 +242,9 @@ def _load_old(checkpoint: Path) -> tuple[TrainState, dict]:
     """The state.pt of an older aiayn, read with weights_only=True (a pickle with code is refused)."""
     path = checkpoint / OLD_STATE
     try:
-        old = torch.load(path, weights_only=True)
-    except Exception as err:  # UnpicklingError and whatever a hostile or broken file raises
-        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise ValueError(f"{path}: refused: not a plain training state ({first[:120]}); "
-                         f"nothing in it was run; delete the checkpoint to resume from an earlier one") from None
+        old = load_plain_pickle(path, "a training state")
+    except ValueError as err:
+        raise ValueError(f"{err}; delete the checkpoint to resume from an earlier one") from None
     from .rng import rng_from_old
 
     state = TrainState(step=old["step"], elapsed=old["elapsed"], flops=old["flops"], tokens=old["tokens"],
@@ -268,14 +271,21 @@ def average_weights(directories: list[Path]) -> dict[str, torch.Tensor]:
     if not directories:
         raise ValueError("no checkpoints to average")
     total: dict[str, torch.Tensor] = {}
+    dtypes: dict[str, torch.dtype] = {}
     for directory in directories:
-        weights = load_file(str(Path(directory) / WEIGHTS))
+        try:
+            weights = load_file(str(Path(directory) / WEIGHTS))
+        except SafetensorError as err:
+            raise ValueError(f"{Path(directory) / WEIGHTS}: unreadable ({err})") from None
         if total and weights.keys() != total.keys():
             raise ValueError(f"{directory}: its weights do not match those of {directories[0]}")
         for name, tensor in weights.items():
+            if name in total and tensor.shape != total[name].shape:
+                raise ValueError(f"{directory}: {name} is {tuple(tensor.shape)}, in {directories[0]} "
+                                 f"{tuple(total[name].shape)}: models of different sizes cannot be averaged")
             total[name] = total.get(name, 0) + tensor.double()
-    dtypes = load_file(str(Path(directories[0]) / WEIGHTS))
-    return {name: (t / len(directories)).to(dtypes[name].dtype) for name, t in total.items()}
+            dtypes.setdefault(name, tensor.dtype)
+    return {name: (t / len(directories)).to(dtypes[name]) for name, t in total.items()}
 
 
 def average_checkpoints(directories: list[Path], out: Path) -> Path:

@@ -30,6 +30,7 @@ from ..data.vocab import Vocab
 from ..evaluate import tokenized_bleu
 from ..decode.layout import for_decoding
 from ..io import load_model, read_column_major, read_safetensors, write_atomic
+from ..config import ModelConfig
 from ..model import Transformer
 from ..recipe import Recipe, TrainConfig
 from ..files import sweep_temporaries
@@ -76,6 +77,19 @@ def apply_optimizer_settings(optimizer: torch.optim.Optimizer, cfg: TrainConfig)
             group["weight_decay"] = cfg.weight_decay
 
 
+def say_the_model_is_inits(recipe: Recipe, config: ModelConfig, init: str | Path, log: Log) -> None:
+    """With --init, the model's sizes are init's: say which of the recipe's model fields are not used."""
+    try:
+        wanted = recipe.model_config(config.vocab_size).to_dict()
+    except ValueError:  # a model section that names no whole model by itself: nothing to compare
+        return
+    own = ("vocab_size", "tgt_vocab_size", "pad_id", "bos_id", "eos_id", "unk_id", "src_lang", "tgt_lang")  # the vocabulary's
+    unused = [f"{name} {wanted[name]!r} (init's: {value!r})" for name, value in config.to_dict().items()
+              if name in wanted and name not in own and wanted[name] != value]
+    if unused:
+        log(f"--init {init}: the model is init's; the recipe's model fields {'; '.join(unused)} are not used")
+
+
 def start_model(recipe: Recipe, out: Path, init: str | Path | None, log: Log) -> Start:
     """A fresh model with a vocabulary trained on the training text, or the model in `init`."""
     from ..io import is_aiayn_model
@@ -83,11 +97,14 @@ def start_model(recipe: Recipe, out: Path, init: str | Path | None, log: Log) ->
     if init is not None:
         if is_aiayn_model(init) and (Path(init) / "spm.model").is_file():
             vocab = Vocab.load(Path(init) / "spm.model")
-            return Start(load_model(init).train(), vocab, vocab.proto)
-        from ..marian import load_any  # issue 5: a Marian directory, or an aiayn one converted from Marian
+            start = Start(load_model(init).train(), vocab, vocab.proto)
+        else:
+            from ..marian import load_any  # issue 5: a Marian directory, or an aiayn one converted from Marian
 
-        model, tokenizer, _ = load_any(init)
-        return Start(model.train(), tokenizer, None)
+            model, tokenizer, _ = load_any(init)
+            start = Start(model.train(), tokenizer, None)
+        say_the_model_is_inits(recipe, start.model.config, init, log)
+        return start
     if recipe.data.format == "ptb":  # issue 16: a parser, with a target vocabulary of whole tree symbols
         from ..parse.data import start_parser
 
@@ -174,7 +191,7 @@ def train(recipe: Recipe, out_dir: str | Path, init: str | Path | None = None, l
         run_folder.check(out, recipe, recipe_file)  # before anything is written; again under the lock
         out.mkdir(parents=True, exist_ok=True)
         held = run_folder.lock(out)
-        run_folder.check(out, recipe, recipe_file)
+        run_folder.check(out, recipe, recipe_file, locked=True)
         sweep_temporaries(out)  # what a killed run left half-written; the lock keeps other writers out
         run_folder.record(out, recipe, recipe_file)
     try:

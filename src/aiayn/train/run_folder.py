@@ -82,8 +82,13 @@ def previous_recipe(out: Path) -> dict[str, Any] | None:
     return None
 
 
-def check(out: Path, recipe: Recipe, recipe_file: str | Path | None) -> dict[str, Any] | None:
-    """Refuse OUT when it is a file, another program's folder, or a run of a different recipe; return the old recipe."""
+def check(out: Path, recipe: Recipe, recipe_file: str | Path | None, locked: bool = False) -> dict[str, Any] | None:
+    """Refuse OUT when it is a file, another program's folder, or a run of a different recipe; return the old recipe.
+
+    A run folder in which nothing was trained (no checkpoint: its start failed in the setup, on a vocabulary too
+    large or a bad data file) takes a changed recipe, so that the fix its error asked for can run; under the lock
+    (locked), what that start made from its recipe is removed first (`start_over`).
+    """
     if out.exists() and not out.is_dir():
         raise RunFolderError(f"--out {out}: a file, not a folder")
     old = previous_recipe(out) if out.is_dir() else None
@@ -98,10 +103,33 @@ def check(out: Path, recipe: Recipe, recipe_file: str | Path | None) -> dict[str
                                                                        if name == "spm.model" else ""))
     if old is not None:
         changed = changes(old, recipe)
+        if changed and not trained(out):  # an earlier start that failed before its first checkpoint: start over
+            if locked:
+                start_over(out, old)
+            return None
         if changed:
             raise RunFolderError(f"--out {out}: resuming with a changed recipe: {'; '.join(changed)}. These cannot change "
                                  f"within a run (budgets and logging can); choose another --out for a new run")
     return old
+
+
+def trained(out: Path) -> bool:
+    """Whether a run in OUT wrote a checkpoint: then it is resumed, and its recipe holds."""
+    return (out / "checkpoints").is_dir() and any(p.name.startswith("step-") for p in (out / "checkpoints").iterdir())
+
+
+def start_over(out: Path, old: dict[str, Any]) -> None:
+    """Remove what a start that never trained made from its recipe (its vocabulary, unless the recipe named
+    one, and its encoded data), so that a new recipe's start makes them anew. Only aiayn's own files, in a
+    folder aiayn made (run.json)."""
+    if not old.get("data", {}).get("vocab"):
+        (out / "spm.model").unlink(missing_ok=True)
+    data = out / "data"
+    if data.is_dir():
+        for path in data.glob("*.safetensors"):
+            path.unlink()
+        if not any(data.iterdir()):
+            data.rmdir()
 
 
 def changes(old: dict[str, Any], recipe: Recipe) -> list[str]:
