@@ -17,6 +17,9 @@ logits agree to rounding (tests/test_backend.py), the translations are the same.
 - "mkl": matrices stored column-major (`layout.for_decoding`), so x W^T is MKL's NN product.
 - "onednn": matrices kept as stored (row-major); every linear layer and the pre-softmax projection
   replaced by modules that call oneDNN with the same tensors (no second copy of any weight).
+- "+gemv" (with oneDNN's layers): the products of a step with up to 4 rows (batch 1) on aiayn's own
+  matrix-vector product (`gemv.py`), which reads every matrix as stored, the vocabulary's too; the logits
+  go into one reused buffer. The products of a batch's every token stay on oneDNN.
 - "+packed": every matrix oneDNN multiplies at a step packed once for its float32 product and held only
   so. The vocabulary matrix (§3.4: the embeddings' and the projection's), whose rows the embeddings read
   out of the packing (`vocabulary.py`, `packed.py`); with oneDNN's layers, the decoder's layer matrices
@@ -36,10 +39,11 @@ from torch import Tensor, nn
 from ..config import ModelConfig
 from ..io import trim_heap
 from ..model import OutputProjection
+from . import gemv
 from .packed import float32_available, reorder_float32
 
 LAYER_BACKENDS = ("mkl", "onednn")  # what runs the linear layers (training's choice too: train/gemm.py)
-BACKENDS = (*LAYER_BACKENDS, "mkl+packed", "onednn+packed")
+BACKENDS = (*LAYER_BACKENDS, "mkl+packed", "onednn+packed", "onednn+gemv")
 ENV = "AIAYN_GEMM"
 # oneDNN is taken only where its products measure at least this much faster than MKL's. The products
 # alone do not show one cost: oneDNN returns the (rows, V) logits as a new tensor each step, where the
@@ -78,6 +82,11 @@ def layers_of(name: str) -> str:
 
 def packs_vocabulary(name: str) -> bool:
     return name.endswith("+packed")
+
+
+def uses_gemv(name: str) -> bool:
+    """Whether a step's few-row products run on aiayn's own kernel (`gemv.py`)."""
+    return name.endswith("+gemv")
 
 
 def onednn_available() -> bool:
@@ -145,6 +154,8 @@ def forced(option: str | None = None) -> str | None:
         raise ValueError(f"GEMM backend {name}: this PyTorch build has no oneDNN")
     if packs_vocabulary(name) and not float32_available():
         raise ValueError(f"GEMM backend {name}: this PyTorch build cannot pack a matrix for oneDNN")
+    if uses_gemv(name) and gemv.kernel() is None:
+        raise ValueError(f"GEMM backend {name}: aiayn's product is not available here: {gemv.why_not()}")
     return name
 
 
@@ -153,7 +164,8 @@ def measure(config: ModelConfig, rows: int, repeats: int = 3) -> dict[str, float
 
     Matrices of the model's shapes stand in for its weights (rates depend on shapes, not on values): the
     (out, in) matrices a decoder layer multiplies at a step (`step_matrices`), each by `rows` rows, and the
-    vocabulary, plain and (where oneDNN can) packed. With up to `FEW_ROWS` rows the products stream their
+    vocabulary, plain and (where oneDNN can) packed; with up to `gemv.MAX_ROWS` rows (where aiayn's product
+    is built) also on that product. With up to `FEW_ROWS` rows the products stream their
     matrices from memory at every step, so every layer's are measured and the whole vocabulary: a
     layer's or a slice's stay in the cache and show a rate decoding does not get (MKL's vocabulary
     product 4.2 against 8.4 ms at 4 rows on a 2-core AMX host; one W_1 shape at 1 row showed MKL level
@@ -173,6 +185,8 @@ def measure(config: ModelConfig, rows: int, repeats: int = 3) -> dict[str, float
         seconds["mkl+packed"] = products["mkl"] + projection["packed"]
         if "packed" in products:
             seconds["onednn+packed"] = products["packed"] + projection["packed"]
+    if "gemv" in products and "onednn" in seconds:
+        seconds["onednn+gemv"] = products["gemv"] + projection["gemv"]
     trim_heap()  # and the vocabulary's, before the model loads
     return seconds
 
@@ -197,11 +211,15 @@ def layer_seconds(config: ModelConfig, rows: int, copies: int, repeats: int) -> 
         layouts["onednn"] = lambda w: w
     if float32_available():
         layouts["packed"] = lambda w: reorder_float32(w, rows)
+    if gemv_measured(rows):
+        layouts["gemv"] = lambda w: w
     seconds = {}
     for name, lay_out in layouts.items():
         matrices = [lay_out(torch.full(shape, 0.5)) for shape in shapes]
         if name == "mkl":
             run = lambda: [inputs[w.size(1)] @ w.t() for w in matrices]
+        elif name == "gemv":
+            run = lambda: [gemv.product(inputs[w.size(1)], w) for w in matrices]
         else:
             run = lambda: [onednn_linear(inputs[d_in], w, None) for w, (_, d_in) in zip(matrices, shapes)]
         seconds[name] = best_seconds(run, repeats)
@@ -223,10 +241,19 @@ def projection_seconds(rows: int, D: int, V: int, repeats: int) -> dict[str, flo
         packed = reorder_float32(plain, rows)
         seconds["packed"] = best_seconds(lambda: onednn_linear(x, packed, None), repeats)
         del packed
+    if gemv_measured(rows):  # into one buffer, as `gemv.GemvProjection` writes a step's logits
+        out = torch.empty(rows, V)
+        seconds["gemv"] = best_seconds(lambda: gemv.product(x, plain, None, out), repeats)
+        del out
     del plain
     columns = torch.full((D, V), 0.5).t()  # MKL's layout (layout.column_major), made without a source
     seconds["mkl"] = best_seconds(lambda: x @ columns.t(), repeats)
     return seconds
+
+
+def gemv_measured(rows: int) -> bool:
+    """Whether the measure times aiayn's own product too: few enough rows, oneDNN's layers beside it, and built here."""
+    return rows <= gemv.MAX_ROWS and onednn_available() and gemv.kernel() is not None
 
 
 def best_seconds(run, repeats: int) -> float:
@@ -265,34 +292,42 @@ def pick(seconds: dict[str, float], logits_bytes: int) -> str:
     """The backend `choose` takes for these measured step times, a step's float32 logits being logits_bytes:
     oneDNN's layers where faster than MKL's, `ONEDNN_MARGIN` times where their fresh logits would take the
     place of MKL's buffer for more than `FRESH_LOGITS_FREE`; then the packed vocabulary where it is faster,
-    and by `PACKED_MARGIN` where it would replace MKL's buffer for more than `FRESH_LOGITS_FREE`."""
+    and by `PACKED_MARGIN` where it would replace MKL's buffer for more than `FRESH_LOGITS_FREE`; last, aiayn's
+    own product where measured (up to `gemv.MAX_ROWS` rows) and faster than that (its logits go into a buffer)."""
     large = logits_bytes > FRESH_LOGITS_FREE
     margin = ONEDNN_MARGIN if large else 1.0
     name = "onednn" if "onednn" in seconds and seconds["onednn"] * margin < seconds["mkl"] else "mkl"
     packed = seconds.get(f"{name}+packed")
     margin = PACKED_MARGIN if name == "mkl" and large else 1.0
-    return f"{name}+packed" if packed is not None and packed * margin < seconds[name] else name
+    if packed is not None and packed * margin < seconds[name]:
+        name = f"{name}+packed"
+    own = seconds.get("onednn+gemv")
+    return "onednn+gemv" if own is not None and own < seconds[name] else name
 
 
-def use_onednn(model: nn.Module, packed_rows: int | None = None) -> None:
+def use_onednn(model: nn.Module, packed_rows: int | None = None, own: bool = False) -> None:
     """Every nn.Linear of the encoder and decoder, and the pre-softmax projection, on oneDNN (in place);
     with packed_rows, the decoder's matrices packed for products with about that many rows (`OneDnnLinear`),
     one at a time, each plain matrix let go as its packing replaces it. The products of a batch's every
-    token (the encoder's, and the encoder-decoder attention's W^K and W^V) run row-bucketed (`ROW_BUCKET`)."""
+    token (the encoder's, and the encoder-decoder attention's W^K and W^V) run row-bucketed (`ROW_BUCKET`).
+    With own, the step's products (the decoder's other layers and the pre-softmax projection) run on aiayn's
+    own product up to `gemv.MAX_ROWS` rows (`gemv.GemvLinear`, `gemv.GemvProjection`), on oneDNN above."""
     once_a_batch = {id(m) for m in model.encoder.modules()}
     once_a_batch |= {id(m) for layer in model.decoder.layers for m in (layer.cross_attn.k_proj, layer.cross_attn.v_proj)}
 
-    def swap(module: nn.Module, rows: int | None) -> None:
+    def swap(module: nn.Module, rows: int | None, in_decoder: bool) -> None:
         for child_name in [name for name, _ in module.named_children()]:  # names: no list keeps a replaced child
             child = getattr(module, child_name)
-            if type(child) is nn.Linear:
+            if type(child) is nn.Linear and own and in_decoder and id(child) not in once_a_batch:
+                setattr(module, child_name, gemv.GemvLinear(child))
+            elif type(child) is nn.Linear:
                 setattr(module, child_name, OneDnnLinear(child, rows, id(child) in once_a_batch))
                 if rows is not None:
                     del child
                     trim_heap()  # the plain matrix just freed, before the next packing is made beside it
             else:
-                swap(child, packed_rows if child is model.decoder else rows)
+                swap(child, packed_rows if child is model.decoder else rows, in_decoder or child is model.decoder)
 
-    swap(model, None)
+    swap(model, None, False)
     if type(model.output_proj) is OutputProjection:
-        model.output_proj = OneDnnProjection(model.output_proj)
+        model.output_proj = gemv.GemvProjection(model.output_proj) if own else OneDnnProjection(model.output_proj)

@@ -25,7 +25,7 @@ from ..io import MappedReads, Reader, read_safetensors
 
 from ..model import DotProductAttention, OutputProjection, Transformer
 from .attention import OneQueryAttention, SourceAttention
-from .backend import layers_of, packs_vocabulary, use_onednn
+from .backend import layers_of, packs_vocabulary, use_onednn, uses_gemv
 from .projection import BufferedProjection
 from .vocabulary import is_packed, pack_vocabulary
 
@@ -49,7 +49,8 @@ def for_decoding(model: Transformer, gemm: str = "mkl", rows: int = 4, release: 
     as stored with oneDNN's modules for "onednn"; with "+packed", the vocabulary packed for oneDNN's
     product with about `rows` rows (`vocabulary.py`; kept plain where it cannot be packed; release is
     passed on to `pack_vocabulary`) and, with oneDNN's layers and a packed vocabulary, the decoder's
-    matrices too (`backend.use_onednn`). The model must not be trained afterwards.
+    matrices too (`backend.use_onednn`); with "+gemv", a step's few-row products on aiayn's own product
+    (`gemv.py`). The model must not be trained afterwards.
     """
     model.eval()
     if next(model.parameters()).device.type != "cpu":
@@ -57,6 +58,7 @@ def for_decoding(model: Transformer, gemm: str = "mkl", rows: int = 4, release: 
     if packs_vocabulary(gemm) and type(model.output_proj) is OutputProjection:  # first: the plain matrix is not laid out
         pack_vocabulary(model, rows, release)
     packed_rows = rows if packs_vocabulary(gemm) and is_packed(model) else None  # oneDNN's layers packed as well
+    own = uses_gemv(gemm)
     gemm = layers_of(gemm)
     layout = column_major if gemm == "mkl" else row_major
     for module in model.modules():  # a tied embedding is one module, converted once
@@ -66,7 +68,7 @@ def for_decoding(model: Transformer, gemm: str = "mkl", rows: int = 4, release: 
     if model.logits_bias is not None and not model.logits_bias.any():
         model.logits_bias = None
     if gemm == "onednn":
-        use_onednn(model, packed_rows)
+        use_onednn(model, packed_rows, own)
     elif type(model.output_proj) is OutputProjection:  # not already replaced (int8, or a second call)
         model.output_proj = BufferedProjection(model.output_proj)
     for layer in model.decoder.layers:

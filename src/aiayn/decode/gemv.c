@@ -1,0 +1,34 @@
+/* y = x W^T + b for the few rows of a decoding step: aiayn's own matrix-vector product.
+ *
+ * At a step a batch-1 search multiplies 1 to 4 rows by every weight matrix, so the products are
+ * bound by reading the matrices from memory. Every weight is read once, row by row as it is stored
+ * (W is (N, K), row-major: PyTorch's nn.Linear layout, and the embeddings' rows), and each row of W
+ * is multiplied by the M rows of x while it is in the first-level cache: a dot product per output,
+ * which the compiler vectorises for the host (omp simd). Of the layouts tried (2 or 4 rows of W at
+ * a time, x's rows in registers, more partial sums), this one streamed fastest on a 2-core EPYC
+ * host, at a plain sum's rate with one row (docs/translation.md).
+ *
+ * Built on first use by gemv.py with -march=native, threaded by the OpenMP runtime PyTorch itself
+ * uses (torch.set_num_threads applies).
+ *
+ *   x (M, K), W (N, K), b (N) or NULL, y (M, N): float32, contiguous.
+ */
+
+static inline float dot(const float *restrict w, const float *restrict x, long K) {
+    float sum = 0.f;
+    #pragma omp simd reduction(+:sum)
+    for (long k = 0; k < K; k++) sum += w[k] * x[k];
+    return sum;
+}
+
+#define BLOCK 16 /* rows of W a thread takes at a time */
+
+void aiayn_gemv_f32(const float *x, const float *W, const float *b, float *y, long M, long N, long K) {
+    #pragma omp parallel for schedule(static)
+    for (long n0 = 0; n0 < N; n0 += BLOCK) {
+        long n1 = n0 + BLOCK < N ? n0 + BLOCK : N;
+        for (long n = n0; n < n1; n++)
+            for (long m = 0; m < M; m++)
+                y[m * N + n] = dot(W + n * K, x + m * K, K) + (b ? b[n] : 0.f);
+    }
+}

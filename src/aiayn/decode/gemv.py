@@ -1,0 +1,190 @@
+"""aiayn's own matrix-vector product for the few rows of a decoding step (`gemv.c`), built on first use.
+Not in the paper: a speed measure (docs/translation.md, "aiayn's own product at batch 1").
+
+At batch 1 a step multiplies 1 to 4 rows (the hypotheses) by every weight matrix: 207 MB at opus-mt's
+shapes, read once a step. So the step is bound by how fast its products read memory. On a 2-core EPYC
+host oneDNN's product read the decoder's matrices at 16-19 GB/s and the vocabulary at 19-21 GB/s, while a
+plain 2-thread sum of the same matrices streamed 27-31 GB/s. `gemv.c` reads each weight once, in
+the layout PyTorch stores it, and keeps pace with that sum.
+
+The C source ships with the package. The host's C compiler (`$CC`, else `cc`) builds it with
+`-march=native` the first time it is needed, in well under a second. The library goes into a cache
+folder of the user's own (`$AIAYN_CACHE`, else `$XDG_CACHE_HOME/aiayn`, else `~/.cache/aiayn`), named
+by a hash of the source, the compiler and the CPU, and is called through ctypes on PyTorch's own
+OpenMP threads. Where there is no compiler, the build fails, or the library's product disagrees with
+PyTorch's on a check, `kernel()` is None and `why_not()` says why. The backend measure
+(`backend.measure`) then leaves "onednn+gemv" out, and forcing it is an error that gives the reason.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import hashlib
+import os
+import platform
+import shutil
+import stat
+import subprocess
+import tempfile
+from pathlib import Path
+
+import torch
+from torch import Tensor, nn
+
+from .projection import LogitsBuffer
+
+SOURCE = Path(__file__).with_name("gemv.c")
+MAX_ROWS = 4  # rows a call multiplies: a step's hypotheses at batch 1, beam 4 (more go to oneDNN)
+FLAGS = ["-O3", "-march=native", "-fopenmp-simd", "-shared", "-fPIC"]
+SYMBOL = "aiayn_gemv_f32"
+
+
+def cache_folder() -> Path:
+    """Where built kernels are kept: $AIAYN_CACHE, else $XDG_CACHE_HOME/aiayn, else ~/.cache/aiayn; then kernels/."""
+    root = os.environ.get("AIAYN_CACHE") or os.path.join(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache", "aiayn")
+    return Path(root) / "kernels"
+
+
+def _openmp() -> bool:
+    """Whether PyTorch runs on GNU OpenMP (libgomp is loaded): then the kernel is built with -fopenmp and
+    shares its threads; another runtime beside it would start threads of its own."""
+    try:
+        return "libgomp" in Path("/proc/self/maps").read_text()
+    except OSError:
+        return False
+
+
+def _key(compiler: str, flags: list[str]) -> str:
+    """A hash of what the built library depends on: the source, the compiler, its flags, the CPU."""
+    version = subprocess.run([compiler, "--version"], capture_output=True, text=True, timeout=30).stdout
+    try:
+        cpu = "".join(line for line in Path("/proc/cpuinfo").read_text().splitlines()
+                      if line.startswith(("model name", "flags")))  # -march=native builds for this CPU
+    except OSError:
+        cpu = platform.processor()
+    parts = [SOURCE.read_bytes(), version.encode(), " ".join(flags).encode(), platform.machine().encode(), cpu.encode()]
+    return hashlib.sha256(b"\0".join(parts)).hexdigest()[:20]
+
+
+def _private(folder: Path) -> bool:
+    """Whether folder is the user's own and no one else can write to it (a library loaded from it runs as us)."""
+    info = folder.stat()
+    return info.st_uid == os.getuid() and not info.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+
+
+def _build(compiler: str, flags: list[str], folder: Path, name: str) -> Path:
+    """The library built into folder/name (written whole: a temporary file, then renamed)."""
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    if not _private(folder):
+        raise OSError(f"{folder} is writable by others; not loading code from it")
+    target = folder / name
+    if target.is_file() and _private(target):
+        return target
+    fd, scratch = tempfile.mkstemp(prefix=f".{name}.", dir=folder)
+    os.close(fd)
+    try:
+        done = subprocess.run([compiler, *flags, str(SOURCE), "-o", scratch], capture_output=True, text=True, timeout=120)
+        if done.returncode != 0:
+            raise OSError(f"{compiler} failed: {(done.stderr or done.stdout).strip().splitlines()[-1:]}")
+        os.chmod(scratch, 0o700)
+        os.replace(scratch, target)
+    finally:
+        if os.path.exists(scratch):
+            os.unlink(scratch)
+    return target
+
+
+@functools.lru_cache(maxsize=1)
+def _load() -> tuple[object | None, str | None]:
+    """(the C function, None), or (None, why not)."""
+    if platform.system() != "Linux":
+        return None, "built only on Linux"
+    compiler = os.environ.get("CC") or "cc"
+    if shutil.which(compiler) is None:
+        return None, f"no C compiler ({compiler!r} not found; set CC)"
+    flags = FLAGS + (["-fopenmp"] if _openmp() else [])
+    try:
+        path = _build(compiler, flags, cache_folder(), f"gemv-{_key(compiler, flags)}.so")
+        function = getattr(ctypes.CDLL(str(path)), SYMBOL)
+    except (OSError, subprocess.SubprocessError, AttributeError) as e:
+        return None, f"could not build {SOURCE.name}: {e}"
+    function.argtypes = [ctypes.c_void_p] * 4 + [ctypes.c_long] * 3
+    function.restype = None
+    generator = torch.Generator().manual_seed(0)
+    for M, N, K in ((1, 37, 50), (3, 70, 64), (4, 129, 33)):  # odd shapes: every tail of gemv.c
+        x, W, b = (torch.randn(*shape, generator=generator) for shape in ((M, K), (N, K), (N,)))
+        y = torch.empty(M, N)
+        function(x.data_ptr(), W.data_ptr(), b.data_ptr(), y.data_ptr(), M, N, K)
+        if not torch.allclose(y, torch.addmm(b, x, W.t()), atol=1e-4, rtol=1e-4):
+            return None, f"{SOURCE.name}'s product disagreed with PyTorch's on a ({M}, {K}) x ({N}, {K}) check"
+    return function, None
+
+
+def kernel():
+    """The built product (x, W, b, y, M, N, K), or None: see `why_not`."""
+    return _load()[0]
+
+
+def why_not() -> str | None:
+    """Why there is no kernel, or None where there is."""
+    return _load()[1]
+
+
+def product(x: Tensor, weight: Tensor, bias: Tensor | None = None, out: Tensor | None = None) -> Tensor:
+    """x (M, K) W^T + b, M <= MAX_ROWS, into out (M, N) if given; W (N, K); float32, contiguous, on the CPU."""
+    M, K = x.shape
+    N = weight.size(0)
+    out = torch.empty(M, N) if out is None else out
+    kernel()(x.data_ptr(), weight.data_ptr(), None if bias is None else bias.data_ptr(), out.data_ptr(), M, N, K)
+    return out
+
+
+def fits(x: Tensor, weight: Tensor) -> bool:
+    """Whether x (..., K) times weight goes to the kernel: few rows, float32 on the CPU, no gradient."""
+    return (0 < x.numel() <= MAX_ROWS * x.size(-1) and x.dtype == weight.dtype == torch.float32
+            and x.device.type == "cpu" and weight.is_contiguous()
+            and not (torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad)))
+
+
+class GemvLinear(nn.Module):
+    """nn.Linear with the kernel's product at up to MAX_ROWS rows and oneDNN's above (inference only).
+
+    The layer's own weight and bias, as stored (row-major): no copy.
+    """
+
+    def __init__(self, linear: nn.Linear):
+        super().__init__()
+        self.weight, self.bias = linear.weight, linear.bias
+        self.out_features = linear.out_features
+
+    def forward(self, x: Tensor) -> Tensor:
+        if not fits(x, self.weight):
+            from .backend import onednn_linear
+
+            return onednn_linear(x, self.weight, self.bias)
+        flat = x.reshape(-1, x.size(-1)).contiguous()  # (M, K)
+        return product(flat, self.weight, self.bias).view(*x.shape[:-1], self.out_features)
+
+
+class GemvProjection(nn.Module):
+    """OutputProjection (§3.4) with the kernel's product at up to MAX_ROWS rows, the logits (and the bias)
+    written into a reused buffer (`projection.LogitsBuffer`); oneDNN's product, a new tensor, above."""
+
+    def __init__(self, projection: nn.Module):
+        super().__init__()
+        self.projection = projection  # keeps its matrix (tied: the embedding's), read at every call
+        self.logits = LogitsBuffer()
+
+    @property
+    def matrix(self) -> Tensor:
+        return self.projection.matrix
+
+    def forward(self, hidden: Tensor, bias: Tensor | None = None) -> Tensor:
+        weight = self.projection.matrix  # (V, D)
+        if hidden.dim() != 2 or not fits(hidden, weight):
+            from .backend import onednn_linear
+
+            return onednn_linear(hidden, weight, bias)
+        out = self.logits.rows(hidden.size(0), weight.size(0), hidden.device)
+        return product(hidden.contiguous(), weight, bias, out)

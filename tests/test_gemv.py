@@ -1,0 +1,115 @@
+"""aiayn's own product for a step's few rows (decode/gemv.py, issue 18): PyTorch's product to 1e-4, built once
+into a private cache, and a clear reason, not an error, where it cannot be built."""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from aiayn.decode import backend, gemv
+
+pytestmark = pytest.mark.skipif(gemv.kernel() is None, reason=f"aiayn's product is not built here: {gemv.why_not()}")
+
+
+@pytest.mark.parametrize("M", [1, 2, 3, 4])
+@pytest.mark.parametrize("N, K", [(512, 512), (37, 50), (130, 2048), (58, 16), (5, 3)])
+def test_the_product_is_pytorchs_with_and_without_a_bias(M, N, K):
+    g = torch.Generator().manual_seed(M * 1000 + N + K)
+    x, W, b = torch.randn(M, K, generator=g), torch.randn(N, K, generator=g), torch.randn(N, generator=g)
+    torch.testing.assert_close(gemv.product(x, W, b), torch.addmm(b, x, W.t()), atol=1e-4, rtol=1e-4)
+    out = torch.full((M, N), float("nan"))
+    assert gemv.product(x, W, None, out) is out
+    torch.testing.assert_close(out, x @ W.t(), atol=1e-4, rtol=1e-4)
+
+
+def test_the_layer_takes_few_rows_and_leaves_the_rest_to_onednn(monkeypatch):
+    torch.manual_seed(0)
+    linear = torch.nn.Linear(64, 48)
+    layer = gemv.GemvLinear(linear)
+    assert layer.weight is linear.weight and layer.bias is linear.bias  # no copy
+    calls, kernel = [], gemv.product
+    monkeypatch.setattr(gemv, "product", lambda x, *a, **k: calls.append(tuple(x.shape)) or kernel(x, *a, **k))
+    with torch.inference_mode():
+        for shape in [(1, 64), (4, 64), (2, 1, 64), (5, 64), (3, 7, 64), (0, 64)]:
+            x = torch.randn(shape)
+            y = layer(x)
+            assert y.shape == (*shape[:-1], 48)
+            torch.testing.assert_close(y, linear(x), atol=1e-5, rtol=1e-5)
+    assert calls == [(1, 64), (4, 64), (2, 64)]  # up to MAX_ROWS rows; more, or none, on oneDNN
+
+
+def test_the_projection_writes_a_steps_logits_into_one_buffer():
+    from aiayn.model import OutputProjection
+
+    torch.manual_seed(0)
+    plain = OutputProjection(32, 300)
+    projection, embedding = gemv.GemvProjection(plain), plain.weight.detach()
+    bias = torch.randn(300)
+    with torch.inference_mode():
+        first = projection(torch.randn(4, 32), bias)
+        address = first.data_ptr()
+        h = torch.randn(2, 32)
+        second = projection(h, bias)
+        assert second.data_ptr() == address  # the same buffer, rewritten
+        torch.testing.assert_close(second, h @ embedding.t() + bias, atol=1e-4, rtol=1e-4)
+        many = torch.randn(9, 32)  # more rows than the kernel takes: oneDNN, a tensor of its own
+        torch.testing.assert_close(projection(many), many @ embedding.t(), atol=1e-4, rtol=1e-4)
+
+
+def test_the_measure_offers_it_at_few_rows_and_pick_takes_it_where_faster():
+    from aiayn import ModelConfig
+
+    config = ModelConfig.preset("tiny", vocab_size=300)
+    assert "onednn+gemv" in backend.measure(config, rows=4, repeats=1)
+    assert "onednn+gemv" not in backend.measure(config, rows=8, repeats=1)
+    seconds = {"mkl": 3.0, "onednn": 2.0, "mkl+packed": 2.5, "onednn+packed": 1.5}
+    assert backend.pick({**seconds, "onednn+gemv": 1.0}, logits_bytes=1024) == "onednn+gemv"
+    assert backend.pick({**seconds, "onednn+gemv": 1.6}, logits_bytes=1024) == "onednn+packed"
+
+
+def run(code: str, env: dict[str, str]) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, **env})
+
+
+def test_it_is_built_once_into_a_private_folder(tmp_path):
+    code = "from aiayn.decode import gemv; assert gemv.kernel() is not None, gemv.why_not(); print(gemv.cache_folder())"
+    first = run(code, {"AIAYN_CACHE": str(tmp_path / "cache")})
+    assert first.returncode == 0, first.stderr
+    folder = Path(first.stdout.strip())
+    assert folder == tmp_path / "cache" / "kernels" and stat.S_IMODE(folder.stat().st_mode) == 0o700
+    [library] = folder.iterdir()  # the library alone: no temporary file left
+    built = library.stat().st_mtime_ns
+    assert run(code, {"AIAYN_CACHE": str(tmp_path / "cache")}).returncode == 0
+    assert [p.name for p in folder.iterdir()] == [library.name] and library.stat().st_mtime_ns == built  # reused
+
+
+def test_without_a_compiler_or_a_private_folder_it_says_why_and_decoding_goes_on(tmp_path):
+    code = """
+from aiayn import ModelConfig
+from aiayn.decode import backend, gemv
+assert gemv.kernel() is None
+print(gemv.why_not())
+assert "onednn+gemv" not in backend.measure(ModelConfig.preset("tiny", vocab_size=300), rows=1, repeats=1)
+try:
+    backend.forced("onednn+gemv")
+except ValueError as e:
+    print(e)
+"""
+    done = run(code, {"CC": str(tmp_path / "no-such-cc"), "AIAYN_CACHE": str(tmp_path / "cache")})
+    assert done.returncode == 0, done.stderr
+    reason, error = done.stdout.strip().splitlines()
+    assert "no C compiler" in reason and "set CC" in reason
+    assert error.startswith("GEMM backend onednn+gemv: aiayn's product is not available here: no C compiler")
+    shared = tmp_path / "shared"
+    (shared / "kernels").mkdir(parents=True)
+    (shared / "kernels").chmod(0o777)  # anyone could put a library there: nothing is loaded from it
+    done = run(code, {"AIAYN_CACHE": str(shared)})
+    assert done.returncode == 0, done.stderr
+    assert "writable by others" in done.stdout and not list((shared / "kernels").iterdir())
