@@ -33,10 +33,12 @@ SHAPES = (
 )
 
 
-def host_rates(repeats: int = 3) -> list[tuple[str, float, float | None, float | None]]:
-    """(shape name, MKL GFLOP/s, oneDNN GFLOP/s, oneDNN on the matrix packed for it GFLOP/s) for each shape;
-    None where PyTorch has no oneDNN, and packed only for decoding's shapes (what `+packed` runs: the vocabulary,
-    and the decoder's layers where they run on oneDNN)."""
+def host_rates(repeats: int = 3) -> list[tuple[str, float, float | None, float | None, float | None]]:
+    """(shape name, MKL GFLOP/s, oneDNN GFLOP/s, oneDNN on the matrix packed for it GFLOP/s, aiayn's own product
+    GFLOP/s) for each shape; None where PyTorch has no oneDNN, packed only for decoding's shapes (what `+packed`
+    runs: the vocabulary, and the decoder's layers where they run on oneDNN), aiayn's own only for decoding's
+    shapes of up to `gemv.MAX_ROWS` rows where it is built (what `onednn+gemv` runs at batch 1)."""
+    from aiayn.decode import gemv
     from aiayn.decode.packed import float32_available, reorder_float32
 
     rows_out = []
@@ -51,15 +53,18 @@ def host_rates(repeats: int = 3) -> list[tuple[str, float, float | None, float |
         if name.startswith("decode") and float32_available():
             reordered = reorder_float32(w, n)
             packed = flops / best_seconds(lambda: onednn_linear(x, reordered, None), repeats) / 1e9
-        rows_out.append((name, mkl, onednn, packed))
+        own = None
+        if name.startswith("decode") and n <= gemv.MAX_ROWS and gemv.kernel() is not None:
+            own = flops / best_seconds(lambda: gemv.product(x, w), repeats) / 1e9
+        rows_out.append((name, mkl, onednn, packed, own))
     return rows_out
 
 
 def print_host_rates(repeats: int = 3) -> None:
     print(f"host GEMM rates, float32, {torch.get_num_threads()} thread(s), GFLOP/s (best of {repeats}):")
-    print("| shape | MKL (F.linear) | oneDNN (mkldnn_linear) | oneDNN, packed once |\n| --- | --- | --- | --- |")
-    for name, mkl, onednn, packed in host_rates(repeats):
-        cells = ["-" if r is None else f"{r:.0f}" for r in (onednn, packed)]
+    print("| shape | MKL (F.linear) | oneDNN (mkldnn_linear) | oneDNN, packed once | aiayn (gemv.c) |\n| --- | --- | --- | --- | --- |")
+    for name, mkl, onednn, packed, own in host_rates(repeats):
+        cells = ["-" if r is None else f"{r:.0f}" for r in (onednn, packed, own)]
         print(f"| {name} | {mkl:.0f} | {' | '.join(cells)} |")
     print(flush=True)
 
