@@ -7,6 +7,7 @@ message, and that every file under the test's folder is byte for byte what it wa
 from __future__ import annotations
 
 import gzip
+import json
 import os
 import shutil
 import subprocess
@@ -126,6 +127,10 @@ def test_truncated_weights(work, capsys):
     (["--top-p", "0"], "argument --top-p: must be a finite number above 0"),
     (["--temperature", "nan"], "argument --temperature: must be a finite number"),
     (["--device", "gpu7"], "--device 'gpu7': not a device name"),
+    (["--top-k", "5"], "--top-k only shape sampling: add --sample"),  # beam search would ignore it
+    (["--top-p", "0.9", "--temperature", "2"], "--temperature, --top-p only shape sampling: add --sample"),
+    (["--sample", "--n-best", "3"], "n_best 3 with sampling: sampling draws one translation a sentence"),
+    (["--seed", str(2**64)], "argument --seed: must be at least 0 and at most 9223372036854775807"),
 ])
 def test_translate_flags(work, capsys, flags, expected):
     out = work / "out.txt"
@@ -250,6 +255,27 @@ def test_train_recipe_help_prints_the_help(corpus, capsys):
 
 # -- evaluate, convert ---------------------------------------------------------------------------------------------
 
+def test_recipe_giving_a_key_twice(corpus, capsys):
+    (corpus / "r.yaml").write_text((corpus / "r.yaml").read_text() + "  max_steps: 5\n")  # YAML keeps the last, silently
+    train_fails(corpus, capsys, [], f"{corpus / 'r.yaml'}:", "'max_steps' is given twice")
+    assert not (corpus / "run").exists()
+
+
+def test_a_recipe_that_is_a_folder_or_empty(corpus, capsys):
+    fails(["train", str(corpus), "--out", str(corpus / "run")], capsys, corpus, f"{corpus}: a folder, not a recipe file")
+    (corpus / "empty.yaml").write_text("")
+    fails(["train", str(corpus / "empty.yaml"), "--out", str(corpus / "run")], capsys, corpus,
+          "an empty recipe; it needs at least data.train")
+
+
+def test_evaluate_flags_that_would_be_ignored(work, capsys):
+    text = str(work / "in.txt")
+    fails(["evaluate", "--hyp", text, "--ref", text, "--model", str(work / "model"), "--src", text], capsys, work,
+          "give --hyp (translations to score) or --model with --src")
+    fails(["evaluate", "--hyp", text, "--ref", text, "--save-hyp", str(work / "h.txt")], capsys, work,
+          "--save-hyp saves the translations of --model")
+
+
 def test_evaluate_empty_files(tmp_path, capsys):
     (tmp_path / "hyp").write_text("")
     (tmp_path / "ref").write_text("")
@@ -318,3 +344,32 @@ def test_a_bug_keeps_its_traceback(monkeypatch):
     monkeypatch.setattr(aiayn.cli.info, "run", run)
     with pytest.raises(TypeError, match="a bug"):
         main(["info"])
+
+
+def test_a_byte_order_mark_is_not_text(tmp_path, capsys):
+    """Editors on Windows start a UTF-8 file with U+FEFF; scored as text, identical files gave chrF 97.69."""
+    (tmp_path / "hyp").write_bytes("\ufeffEin Mann fährt Rad.\nZwei Hunde.\n".encode())
+    (tmp_path / "ref").write_text("Ein Mann fährt Rad.\nZwei Hunde.\n")
+    assert main(["evaluate", "--hyp", str(tmp_path / "hyp"), "--ref", str(tmp_path / "ref"), "--json"]) == 0
+    scores = json.loads(capsys.readouterr().out)
+    assert scores["chrF"]["score"] == 100.0 and scores["sacreBLEU"]["score"] == 100.0
+
+
+def test_sizes_no_machine_could_hold_are_refused_by_name(work, capsys):
+    """A mistyped size once asked the allocator for 256 GB (max_len) or 17 GB (d_model) and ended in a traceback."""
+    for field, value, expected in [("max_len", 1_000_000_000, "max_len = 1000000000: must be at least 1 and at most 1048576"),
+                                   ("vocab_size", 2_000_000_000, "vocab_size = 2000000000: must be at least 1 and at most")]:
+        model = work / f"big-{field}"
+        shutil.copytree(work / "model", model)
+        meta = json.loads((model / "config.json").read_text())
+        meta["model"][field] = value
+        (model / "config.json").write_text(json.dumps(meta))
+        fails(["translate", "--model", str(model), "-i", str(work / "in.txt")], capsys, work, expected,
+              ignore=model.name)
+    model = work / "wide"
+    shutil.copytree(work / "model", model)
+    meta = json.loads((model / "config.json").read_text())
+    meta["model"].update(d_model=65536, d_k=None, d_v=None)
+    (model / "config.json").write_text(json.dumps(meta))
+    fails(["translate", "--model", str(model), "-i", str(work / "in.txt")], capsys, work, str(model / "model.safetensors"),
+          ignore=model.name)  # the weights' shapes, named, before any matrix of that width is made

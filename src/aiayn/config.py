@@ -151,8 +151,10 @@ class DecodeConfig:
 # in __post_init__: a config read from a file or a recipe is refused with the field's name, not later.
 POSITIVE = (0, None)
 MODEL_RANGES: dict[str, tuple[float, float | None]] = {
-    "vocab_size": (1, None), "tgt_vocab_size": (1, None), "d_model": (1, None), "d_ff": (1, None),
-    "n_heads": (1, None), "n_layers": (1, None), "n_decoder_layers": (1, None), "max_len": (1, None),
+    # Upper bounds far beyond any real model, so that a mistyped size is refused by name rather than asking
+    # the allocator for terabytes: 16.7M pieces, 1M positions (the position table is max_len x d_model).
+    "vocab_size": (1, 1 << 24), "tgt_vocab_size": (1, 1 << 24), "d_model": (1, None), "d_ff": (1, None),
+    "n_heads": (1, None), "n_layers": (1, None), "n_decoder_layers": (1, None), "max_len": (1, 1 << 20),
     "d_k": (1, None), "d_v": (1, None), "n_decoder_heads": (1, None), "d_decoder_ff": (1, None),
     "p_drop": (0, 1), "p_attn_drop": (0, 1), "p_ffn_drop": (0, 1),
     "pad_id": (0, None), "bos_id": (0, None), "eos_id": (0, None), "unk_id": (0, None),

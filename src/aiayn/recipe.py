@@ -190,9 +190,13 @@ def load_recipe(path: str | Path | None, overrides: list[str] = ()) -> Recipe:
     recipe = Recipe()
     if path is not None:
         path = Path(path)
+        if path.is_dir():
+            raise IsADirectoryError(f"{path}: a folder, not a recipe file (recipes/*.yaml)")
         if not path.is_file():
             raise FileNotFoundError(f"{path}: no such recipe")
-        values = read_yaml(path) or {}
+        values = read_yaml(path)
+        if values is None:
+            raise ValueError(f"{path}: an empty recipe; it needs at least data.train (see recipes/*.yaml)")
         if not isinstance(values, dict):
             raise ValueError(f"{path}: a recipe is a mapping with data, model and train sections")
         for section, fields in values.items():
@@ -232,6 +236,20 @@ def check_recipe(recipe: Recipe, where: str = "") -> None:
         raise ValueError(f"{where}data.bpe_dropout is for translation's BPE vocabulary; parsing (format: ptb) has none")
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """yaml.SafeLoader (no tags that build objects), refusing a mapping that gives one key twice: YAML keeps the
+    last silently, so `lr_factor: 2` ... `lr_factor: 0.5` would train with 0.5 and say nothing."""
+
+    def construct_mapping(self, node, deep=False):
+        seen = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(None, None, f"{key!r} is given twice", key_node.start_mark)
+            seen.add(key)
+        return super().construct_mapping(node, deep)
+
+
 def read_yaml(path: Path) -> Any:
     """A YAML file's data; a syntax error names the file, line and column, not `<unicode string>`."""
     try:
@@ -239,7 +257,7 @@ def read_yaml(path: Path) -> Any:
     except UnicodeDecodeError as err:
         raise ValueError(f"{path}: not valid UTF-8 (byte {err.start})") from None
     try:
-        return yaml.safe_load(text)
+        return yaml.load(text, Loader=_UniqueKeyLoader)  # safe_load's loader, which also refuses a key given twice
     except yaml.MarkedYAMLError as err:
         mark, context = err.problem_mark, err.context
         since = f" ({context}, from line {err.context_mark.line + 1})" if context and err.context_mark else ""

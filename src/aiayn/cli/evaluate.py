@@ -44,6 +44,10 @@ def run(args: argparse.Namespace) -> int:
         from ..parse.report import evaluate_trees
 
         return evaluate_trees(args.hyp, args.ref, args.json)
+    if args.hyp and args.model:
+        raise ValueError("give --hyp (translations to score) or --model with --src (translate, then score), not both")
+    if args.save_hyp and not args.model:
+        raise ValueError("--save-hyp saves the translations of --model; with --hyp there are none to save")
     for flag in ("src", "ref", "hyp"):
         given = getattr(args, flag)
         if args.save_hyp and given and same_file(given, args.save_hyp):

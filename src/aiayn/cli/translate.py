@@ -100,6 +100,9 @@ def load_translator(args: argparse.Namespace):
     from ..decode.translate import Translator, check_device
 
     check_device(args.device, "--device")
+    sampling = [f"--{name.replace('_', '-')}" for name in ("temperature", "top_k", "top_p") if getattr(args, name) is not None]
+    if sampling and not args.sample:
+        raise ValueError(f"{', '.join(sampling)} only shape sampling: add --sample (beam search ignores them)")
     torch.manual_seed(args.seed)
     translator = Translator.load(
         args.model, device=args.device, int8=args.int8, gemm=args.gemm, beam_size=args.beam_size, alpha=args.alpha,
@@ -110,11 +113,13 @@ def load_translator(args: argparse.Namespace):
     vocab, beam = translator.model.config.target_vocab_size, translator.config.beam_size
     if not translator.config.sample and beam > vocab:
         raise ValueError(f"--beam-size {beam}: more than the {vocab:,} tokens of the model's target vocabulary")
+    translator.decode_config()  # the settings together (--n-best with --sample, ...), before any line is read
     return translator
 
 
 def read_lines(stream: BinaryIO, name: str) -> Iterator[str]:
-    """Lines without their line ends; a line that is not UTF-8 is an error naming it."""
+    """Lines without their line ends (and without a UTF-8 byte order mark before the first); a line that is not
+    UTF-8 is an error naming it."""
     for number, raw in enumerate(stream, start=1):
         try:
             line = raw.decode("utf-8")
@@ -122,7 +127,7 @@ def read_lines(stream: BinaryIO, name: str) -> Iterator[str]:
             if number == 1 and raw.startswith(b"\x1f\x8b"):  # gzip's magic number
                 raise ValueError(f"{name}: gzip-compressed; translate reads plain text: `zcat {name} | aiayn translate ...`") from None
             raise ValueError(f"{name}: line {number}: not valid UTF-8 ({err.reason} at byte {err.start})") from None
-        yield line.rstrip("\r\n")
+        yield (line.removeprefix("\ufeff") if number == 1 else line).rstrip("\r\n")
 
 
 def chunks(lines: Iterator[str], size: int) -> Iterator[list[str]]:

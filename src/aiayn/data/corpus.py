@@ -26,7 +26,8 @@ def find_file(prefix: str | Path, lang: str) -> Path:
     for path in (Path(f"{prefix}.{lang}"), Path(f"{prefix}.{lang}.gz")):
         if path.is_file():
             return path
-    raise FileNotFoundError(f"no file {prefix}.{lang} or {prefix}.{lang}.gz")
+    where = "" if Path(prefix).is_absolute() else f" (a relative path is read from the current folder, {Path.cwd()})"
+    raise FileNotFoundError(f"no file {prefix}.{lang} or {prefix}.{lang}.gz{where}")
 
 
 @contextlib.contextmanager
@@ -42,7 +43,7 @@ def open_bytes(path: str | Path) -> Iterator[BinaryIO]:
 
 
 def read_lines(path: str | Path) -> list[str]:
-    """The lines of a plain or gzip UTF-8 file, without their line ends."""
+    """The lines of a plain or gzip UTF-8 file, without their line ends (nor a byte order mark before the first)."""
     lines = []
     with open_bytes(path) as f:
         for number, raw in enumerate(f, start=1):
@@ -51,7 +52,7 @@ def read_lines(path: str | Path) -> list[str]:
             except UnicodeDecodeError as err:
                 bad = raw[err.start : err.start + 1]
                 raise ValueError(f"{path}:{number}: not valid UTF-8 (byte {err.start}: {bad!r})") from None
-            lines.append(line.rstrip("\r\n"))
+            lines.append((line.removeprefix("\ufeff") if number == 1 else line).rstrip("\r\n"))
     return lines
 
 

@@ -283,9 +283,21 @@ def choose(config: ModelConfig, rows: int, option: str | None = None) -> str:
     Every rank of a torch.distributed job gets rank 0's answer, so that one job decodes one way.
     """
     name = forced(option)
+    if name is None and stand_in_bytes(config) > MEASURE_BYTES:  # a config no weights file of this size could match:
+        name = "mkl"  # loading will say so, by name, rather than the measure asking for its matrices first
     if name is None:
         name = pick(measure(config, rows), logits_bytes=4 * rows * config.target_vocab_size)
     return rank_zeros(name)
+
+
+MEASURE_BYTES = 4 << 30  # the measure's stand-in matrices at most (opus-mt's: 0.2 GiB)
+
+
+def stand_in_bytes(config: ModelConfig) -> int:
+    """Bytes of the float32 matrices a step multiplies, which `measure` makes stand-ins of: every decoder layer's
+    and the vocabulary."""
+    layer = sum(o * i for o, i in step_matrices(config))
+    return 4 * (config.decoder.layers * layer + config.target_vocab_size * config.d_model)
 
 
 def pick(seconds: dict[str, float], logits_bytes: int) -> str:

@@ -55,7 +55,11 @@ class Parser:
         """A model directory; options (beam_size, alpha, batch_size, ...) override the search's defaults
         (CONSTRAINED_SEARCH, or the paper's PAPER_SEARCH with constrained=False)."""
         options = {**search_defaults(constrained), **{k: v for k, v in options.items() if v is not None}}
-        return cls(Translator.load(path, device, **options), constrained)
+        translator = Translator.load(path, device, **options)
+        if not isinstance(translator.tokenizer, ParseTokenizer):
+            raise ValueError(f"{path}: a translation model, not a parsing model: it has no parse-target.json "
+                             "(train one with recipes/ptb-parse.yaml)")
+        return cls(translator, constrained)
 
     @classmethod
     def from_model(cls, model: Transformer, tokenizer: ParseTokenizer, device: str | torch.device = "cpu",
