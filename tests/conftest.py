@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
 import pytest
 import torch
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+# aiayn's own product (decode/gemv.py) is built once per test session into a folder of its own, not the user's cache
+os.environ["AIAYN_CACHE"] = tempfile.mkdtemp(prefix="aiayn-test-cache-")
 torch.set_num_threads(2)
 
 REPO = Path(__file__).resolve().parents[1]

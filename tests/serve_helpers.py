@@ -35,7 +35,7 @@ def serving(model_dir: Path, limits: Limits = Limits(), batching: bool = True, t
             langs: tuple[str | None, str | None] = ("en", "de")) -> Iterator[str]:
     """The app for model_dir served on 127.0.0.1 (langs: as --source-lang and --target-lang); yields its base URL."""
     translator = translator or Translator.load(model_dir)
-    app = build_app(translator, model_dir, limits, batching=batching, src_lang=langs[0], tgt_lang=langs[1])
+    app = build_app(translator, model_dir, limits, batching=batching, src_lang=langs[0], tgt_lang=langs[1], local_only=True)
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="on"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()

@@ -262,10 +262,15 @@ def test_recipe_giving_a_key_twice(corpus, capsys):
 
 
 def test_a_recipe_that_is_a_folder_or_empty(corpus, capsys):
+    from aiayn.recipe import read_yaml
+
     fails(["train", str(corpus), "--out", str(corpus / "run")], capsys, corpus, f"{corpus}: a folder, not a recipe file")
-    (corpus / "empty.yaml").write_text("")
+    (corpus / "empty.yaml").write_text("# nothing yet\n")
     fails(["train", str(corpus / "empty.yaml"), "--out", str(corpus / "run")], capsys, corpus,
-          "an empty recipe; it needs at least data.train")
+          "data.train is not set: give it in the recipe (recipes/*.yaml) or as --data.train=PREFIX")
+    (corpus / "merged.yaml").write_text((corpus / "r.yaml").read_text().replace("train:\n", "base: &b\n  max_steps: 3\n"
+                                        "train:\n  <<: *b\n", 1).replace("data:", "data:", 1))
+    assert read_yaml(corpus / "merged.yaml")["train"]["max_steps"] == 1  # YAML's merge key, overridden: not a repeat
 
 
 def test_evaluate_flags_that_would_be_ignored(work, capsys):

@@ -4,6 +4,7 @@ into a private cache, and a clear reason, not an error, where it cannot be built
 from __future__ import annotations
 
 import os
+import shutil
 import stat
 import subprocess
 import sys
@@ -14,7 +15,12 @@ import torch
 
 from aiayn.decode import backend, gemv
 
-pytestmark = pytest.mark.skipif(gemv.kernel() is None, reason=f"aiayn's product is not built here: {gemv.why_not()}")
+# Skipped only where there is no C compiler; with one, a build that fails or a product that disagrees fails here.
+pytestmark = pytest.mark.skipif(shutil.which(os.environ.get("CC") or "cc") is None, reason="no C compiler (cc, or $CC)")
+
+
+def test_it_is_built_where_there_is_a_compiler():
+    assert gemv.kernel() is not None, gemv.why_not()
 
 
 @pytest.mark.parametrize("M", [1, 2, 3, 4])
@@ -112,4 +118,4 @@ except ValueError as e:
     (shared / "kernels").chmod(0o777)  # anyone could put a library there: nothing is loaded from it
     done = run(code, {"AIAYN_CACHE": str(shared)})
     assert done.returncode == 0, done.stderr
-    assert "writable by others" in done.stdout and not list((shared / "kernels").iterdir())
+    assert "is not this user's alone" in done.stdout and not list((shared / "kernels").iterdir())

@@ -323,6 +323,13 @@ def test_output_to_a_pipe_a_symlink_or_stdout_writes_there_and_replaces_nothing(
     assert main([*translate, "-o", str(link)]) == 0
     assert link.is_symlink() and real.read_text() == expected and oct(real.stat().st_mode & 0o777) == "0o600"
     assert main([*translate, "-o", "-"]) == 0 and capsys.readouterr().out == expected and not Path("-").exists()
+    log = tmp_path / "log.txt"  # `>> log.txt` with `-o /dev/stdout`: appended to, not renamed over
+    log.write_text("earlier\n")
+    with open(log, "a") as appended:
+        done = subprocess.run([sys.executable, "-m", "aiayn", *translate, "-o", "/dev/stdout"], stdout=appended,
+                              stderr=subprocess.PIPE, text=True)
+    assert done.returncode == 0, done.stderr
+    assert log.read_text() == "earlier\n" + expected
     assert not list(tmp_path.glob(".*.tmp"))
 
 
@@ -340,7 +347,7 @@ def test_a_read_only_or_hard_linked_output_is_refused_and_left_as_it_was(run, tm
     locked = tmp_path / "locked.txt"
     locked.write_text("mine\n")
     locked.chmod(0o444)
-    refused(capsys, [*translate, "-o", str(locked)], str(locked), "read-only")
+    refused(capsys, [*translate, "-o", str(locked)], str(locked), "not writable by this user")
     linked, other = tmp_path / "linked.txt", tmp_path / "other-name.txt"
     linked.write_text("mine\n")
     os.link(linked, other)
@@ -381,14 +388,14 @@ def test_sigterm_during_translate_removes_its_half_written_output(run, tmp_path)
 
 
 def test_train_sweeps_only_its_own_dead_writers_temporaries(run, tmp_path):
-    from aiayn.files import sweep_temporaries, temporary_beside
+    from aiayn.files import HOST, sweep_temporaries, temporary_beside
 
     out = copy_run(run, tmp_path / "run")
     users = [out / ".notes.abcdefgh.tmp", out / "model" / ".backup.20241205.tmp"]
     for path in users:
         path.write_text("the user's")
     live = temporary_beside(out / "test.hyp")  # `aiayn translate -o RUN/test.hyp`, still writing
-    dead = out / "model" / f".config.json.{dead_pid()}.abcdefgh.aiayn.tmp"  # left by a writer killed with -9
+    dead = out / "model" / f".config.json.{HOST}-{dead_pid()}.abcdefgh.aiayn.tmp"  # left by a writer killed with -9
     dead.write_text("{")
     assert main(train_args(out, "--train.max_steps=6")) == 0
     assert all(p.read_text() == "the user's" for p in users) and live.exists() and not dead.exists()
@@ -444,4 +451,33 @@ def test_a_start_that_failed_in_its_setup_takes_the_fix_its_error_asks_for(tmp_p
     assert main([*args, "--data.vocab_size=30"]) == 0  # the fix: accepted, though the recipe changed
     assert (out / "checkpoints" / "step-2").is_dir() and "vocab" not in capsys.readouterr().err
     refused(capsys, [*args, "--data.vocab_size=28"], "changed recipe", "data.vocab_size")  # trained: it holds now
-    assert err
+    shutil.rmtree(out / "checkpoints")  # a finished run's checkpoints deleted to save space: still a trained run
+    refused(capsys, [*args, "--data.vocab_size=28"], "changed recipe", "data.vocab_size")
+    assert (out / "spm.model").is_file() and (out / "model").is_dir() and err
+
+
+def test_a_signal_the_shell_ignores_stays_ignored_and_train_keeps_the_default(monkeypatch):
+    """`nohup aiayn ...` ignores SIGHUP: aiayn must not turn it back into a stop; and `train`, which survives any
+    kill by design, keeps the system's default handling (its rerun resumes)."""
+    import signal
+
+    import aiayn.cli.info as info
+    import aiayn.cli.train as train_cli
+
+    seen = {}
+
+    def record(name):
+        return lambda args: seen.update({name: (signal.getsignal(signal.SIGHUP), signal.getsignal(signal.SIGTERM))}) or 0
+
+    monkeypatch.setattr(info, "run", record("info"))
+    monkeypatch.setattr(train_cli, "run", record("train"))
+    previous = signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    try:
+        assert main(["info", "--preset", "tiny"]) == 0
+        assert main(["train", str(REPO / "recipes" / "tiny.yaml")]) == 0
+    finally:
+        signal.signal(signal.SIGHUP, previous)
+    hup, term = seen["info"]
+    assert hup is signal.SIG_IGN and callable(term)  # SIGTERM, at its default, now cleans up
+    assert seen["train"] == (signal.SIG_IGN, signal.SIG_DFL)
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # given back

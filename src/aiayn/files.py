@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import socket
 import tempfile
 from pathlib import Path
 
@@ -18,16 +19,16 @@ UMASK = _umask()  # read once, at import: os.umask can only be read by setting i
 
 
 def temporary_beside(path: str | Path) -> Path:
-    """A new empty file in path's folder, `.NAME.PID.XXXXXXXX.aiayn.tmp`, that no other file had as its name.
+    """A new empty file in path's folder, `.NAME.HOST-PID.XXXXXXXX.aiayn.tmp`, that no other file had as its name.
 
     What is written there is renamed onto path when whole. mkstemp creates the name exclusively, so a
     user's own `out.txt.tmp` is never written over or removed; the file gets the permissions that
-    open() would have given path (0666 less the umask), not mkstemp's 0600. The writer's process id is
-    in the name, so that `sweep_temporaries` leaves a live writer's file alone.
+    open() would have given path (0666 less the umask), not mkstemp's 0600. The writer's host and process id
+    are in the name, so that `sweep_temporaries` leaves a live writer's file alone, and any other host's.
     """
     path = Path(path)
     try:
-        fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.{os.getpid()}.", suffix=SUFFIX)
+        fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.{HOST}-{os.getpid()}.", suffix=SUFFIX)
     except OSError as err:  # named by the file asked for, not by the temporary's random name
         raise type(err)(err.errno, err.strerror, str(path)) from None
     os.fchmod(fd, 0o666 & ~UMASK)
@@ -36,7 +37,8 @@ def temporary_beside(path: str | Path) -> Path:
 
 
 SUFFIX = ".aiayn.tmp"
-TEMPORARY = re.compile(r"^\..+\.(\d+)\.[a-z0-9_]{8}\.aiayn\.tmp$")  # temporary_beside's names
+HOST = re.sub(r"[^A-Za-z0-9_]", "_", socket.gethostname()) or "host"  # a folder on a network file system has writers elsewhere
+TEMPORARY = re.compile(r"^\..+\.([A-Za-z0-9_]+)-(\d+)\.[a-z0-9_]{8}\.aiayn\.tmp$")  # temporary_beside's names
 
 
 def _alive(pid: int) -> bool:
@@ -54,13 +56,15 @@ def sweep_temporaries(folder: Path) -> list[Path]:
     """Remove what temporary_beside left in folder (and below) when a process was killed mid-write.
 
     Only names of temporary_beside's pattern are touched (aiayn's own suffix: a user's `.notes.abcdefgh.tmp`
-    is not one), and only those whose writer is no longer running: another aiayn command writing into the
-    folder (`aiayn translate -o RUN/test.hyp` beside a training run) keeps its file. Returns what was removed.
+    is not one), and only those written on this host by a process no longer running: another aiayn command
+    writing into the folder (`aiayn translate -o RUN/test.hyp` beside a training run), here or on another machine
+    that shares the folder, keeps its file. Returns what was removed.
     """
     removed = []
     for path in sorted(Path(folder).rglob("*" + SUFFIX)):
         match = TEMPORARY.match(path.name)
-        if match and path.is_file() and not path.is_symlink() and not _alive(int(match.group(1))):
+        if (match and match.group(1) == HOST and path.is_file() and not path.is_symlink()
+                and not _alive(int(match.group(2)))):
             path.unlink(missing_ok=True)
             removed.append(path)
     return removed

@@ -194,9 +194,7 @@ def load_recipe(path: str | Path | None, overrides: list[str] = ()) -> Recipe:
             raise IsADirectoryError(f"{path}: a folder, not a recipe file (recipes/*.yaml)")
         if not path.is_file():
             raise FileNotFoundError(f"{path}: no such recipe")
-        values = read_yaml(path)
-        if values is None:
-            raise ValueError(f"{path}: an empty recipe; it needs at least data.train (see recipes/*.yaml)")
+        values = read_yaml(path) or {}  # empty: all defaults, and the overrides
         if not isinstance(values, dict):
             raise ValueError(f"{path}: a recipe is a mapping with data, model and train sections")
         for section, fields in values.items():
@@ -242,7 +240,9 @@ class _UniqueKeyLoader(yaml.SafeLoader):
 
     def construct_mapping(self, node, deep=False):
         seen = set()
-        for key_node, _ in node.value:
+        for key_node, _ in node.value:  # the mapping's own keys: a merged one (`<<: *base`) may be overridden
+            if not isinstance(key_node, yaml.ScalarNode) or key_node.tag == "tag:yaml.org,2002:merge":
+                continue  # merge keys, and keys that are lists or mappings (SafeLoader refuses those itself)
             key = self.construct_object(key_node, deep=deep)
             if key in seen:
                 raise yaml.constructor.ConstructorError(None, None, f"{key!r} is given twice", key_node.start_mark)

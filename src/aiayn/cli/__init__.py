@@ -56,9 +56,16 @@ SIGPIPE_EXIT = 141  # 128 + SIGPIPE: what a shell reports for a tool stopped by 
 ENVIRONMENT_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EFBIG)
 
 
-class Terminated(Exception):
-    """SIGTERM or SIGHUP (`timeout`, a closed terminal, torchrun stopping a job), raised where the program is, so
-    that its cleanups run: a half-written output's temporary file is removed, as after Ctrl-C."""
+class Terminated(BaseException):
+    """SIGTERM or SIGHUP (`timeout`, a closed terminal), raised where the program is, so that its cleanups run: a
+    half-written output's temporary file is removed, as after Ctrl-C. A BaseException, as KeyboardInterrupt is:
+    no `except Exception` takes it for an error of its own. A Python handler runs between bytecodes, so a long
+    C call (SentencePiece training) finishes first: `timeout -k` still kills."""
+
+
+# The commands whose output a signal should not leave half-written. `train` survives any kill by design (a rerun
+# resumes, and sweeps what the kill left), `serve` has uvicorn's own shutdown, `paper` runs worker processes.
+CLEANS_UP_ON_SIGNALS = {"translate", "parse", "evaluate", "average", "convert", "info", "copy-demo"}
 
 
 def _terminated(signum: int, frame) -> None:
@@ -67,8 +74,11 @@ def _terminated(signum: int, frame) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    handled = (signal.SIGTERM, signal.SIGHUP)
-    previous = {s: signal.signal(s, _terminated) for s in handled} if threading.current_thread() is threading.main_thread() else {}
+    previous = {}
+    if args.command in CLEANS_UP_ON_SIGNALS and threading.current_thread() is threading.main_thread():
+        for s in (signal.SIGTERM, signal.SIGHUP):  # not where they are ignored: `nohup aiayn ...` stays so
+            if signal.getsignal(s) is signal.SIG_DFL:
+                previous[s] = signal.signal(s, _terminated)
     try:
         return importlib.import_module(f"aiayn.cli.{args._module}").run(args) or 0
     except USER_ERRORS as err:  # bad input: a clear message, no traceback

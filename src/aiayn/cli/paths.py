@@ -64,15 +64,21 @@ def text_output(path: str | None) -> Iterator[TextIO]:
     renamed onto it when complete.
 
     What is at path is written as the user would expect of `> path`, never replaced by something else:
-    a device, FIFO or socket (`/dev/null`, `/dev/stdout`, bash's `>(cmd)`) is written into as the lines come;
-    a symlink's target is written and the link kept; an existing file keeps its permissions. A read-only file
-    is refused, and so is a file with other hard links (renaming onto one name would leave the others the old
-    text).
+    `/dev/stdout`, `/dev/stderr`, `/dev/fd/N` are the process's own open files, written through a copy of their
+    descriptor (a file that stdout appends to is appended to, not renamed over); a device, FIFO or socket
+    (`/dev/null`, bash's `>(cmd)`) is written into as the lines come; a symlink's target is written and the link
+    kept; an existing file keeps its permissions. A file this user may not write, or one with other hard links
+    (renaming onto one name would leave the others the old text), is refused.
     """
     if path is None or path == "-":
         if hasattr(sys.stdout, "reconfigure"):
             sys.stdout.reconfigure(encoding="utf-8")
         yield sys.stdout
+        return
+    fd = _descriptor(path)
+    if fd is not None:
+        with os.fdopen(os.dup(fd), "w", encoding="utf-8", newline="\n") as out:
+            yield out
         return
     if os.path.exists(path) and not os.path.isfile(path):  # not a regular file (after symlinks): no rename onto it
         with open(path, "w", encoding="utf-8", newline="\n") as out:
@@ -81,18 +87,31 @@ def text_output(path: str | None) -> Iterator[TextIO]:
     target, mode = Path(os.path.realpath(path)), None
     if target.exists():
         info = target.stat()
-        if not info.st_mode & (stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH):
-            raise PermissionError(errno.EACCES, "read-only; not written over (chmod u+w to let it be)", path)
+        writable = os.access(target, os.W_OK) and (os.geteuid() != 0 or info.st_mode & 0o222)  # root: the mode's word
+        if not writable:
+            raise PermissionError(errno.EACCES, "not writable by this user; not written over (chmod u+w to let it be)", path)
         if info.st_nlink > 1:
             raise PermissionError(errno.EMLINK, f"has {info.st_nlink} hard links, which a new file would leave "
                                   "holding the old text; write to another name", path)
         mode = stat.S_IMODE(info.st_mode)
     tmp = temporary_beside(target)
     try:
-        if mode is not None:
-            os.chmod(tmp, mode)
         with open(tmp, "w", encoding="utf-8", newline="\n") as out:
             yield out
+        if mode is not None:
+            os.chmod(tmp, mode)  # after writing: a mode without the owner's write bit would have refused the writes
         os.replace(tmp, target)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def _descriptor(path: str) -> int | None:
+    """The file descriptor a path names (`/dev/stdout` 1, `/dev/stderr` 2, `/dev/fd/N`, `/proc/self/fd/N`), else None.
+    Resolved, those paths lead to whatever the descriptor holds, which a rename would replace."""
+    named = {"/dev/stdout": 1, "/dev/stderr": 2}
+    if path in named:
+        return named[path]
+    for prefix in ("/dev/fd/", "/proc/self/fd/", f"/proc/{os.getpid()}/fd/"):
+        if path.startswith(prefix) and path[len(prefix):].isdigit():
+            return int(path[len(prefix):])
+    return None

@@ -8,6 +8,7 @@ them gets a JSON error naming the field.
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import socket
 import sys
 from dataclasses import fields
@@ -53,28 +54,40 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--beam-size {args.beam_size} is out of range: 1 to --max-beam ({limits.max_beam})")
     if args.alpha is not None and not 0 <= args.alpha <= limits.max_alpha:
         raise ValueError(f"--alpha {args.alpha} is out of range: 0 to --max-alpha ({limits.max_alpha})")
-    listening = listen(args.host, args.port)  # first: a port in use is said before the model loads
-    translator = Translator.load(args.model, device=args.device, int8=args.int8, gemm=args.gemm,
-                                 beam_size=args.beam_size, alpha=args.alpha)
-    local = args.host in ("127.0.0.1", "localhost", "::1")
-    app = build_app(translator, args.model, limits, batching=not args.no_batching,
-                    src_lang=args.source_lang, tgt_lang=args.target_lang, local_only=local)
-    if not local:
-        print(f"aiayn serve: listening on {args.host}: other machines can reach this server", file=sys.stderr)
-    print(f"aiayn serve: {args.model} at http://{args.host}:{args.port}/ (Ctrl-C stops)", file=sys.stderr)
-    uvicorn.Server(uvicorn.Config(app, log_level="warning")).run(sockets=[listening])
+    with listen(args.host, args.port) as listening:  # first: a port in use is said before the model loads
+        translator = Translator.load(args.model, device=args.device, int8=args.int8, gemm=args.gemm,
+                                     beam_size=args.beam_size, alpha=args.alpha)
+        local = is_loopback(args.host)
+        app = build_app(translator, args.model, limits, batching=not args.no_batching,
+                        src_lang=args.source_lang, tgt_lang=args.target_lang, local_only=local)
+        if not local:
+            print(f"aiayn serve: listening on {args.host}: other machines can reach this server", file=sys.stderr)
+        print(f"aiayn serve: {args.model} at http://{args.host}:{args.port}/ (Ctrl-C stops)", file=sys.stderr)
+        uvicorn.Server(uvicorn.Config(app, log_level="warning")).run(sockets=[listening])
     return 0
 
 
 def listen(host: str, port: int) -> socket.socket:
-    """A socket bound to host:port for the server, or a ValueError that says why not (a port in use, ...)."""
+    """A socket listening on host:port for the server (IPv4 unless host is an IPv6 address, as uvicorn binds), or
+    a ValueError that says why not (a port in use, ...)."""
     if not 0 <= port <= 65535:
         raise ValueError(f"--port {port} is out of range: 0 to 65535")
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
     try:
-        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
-        sock = socket.socket(family, kind, proto)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(address)
+        sock.bind((host, port))
+        sock.listen(2048)  # now: a second server on the port is refused at its bind, not after loading its model
     except OSError as err:
+        sock.close()
         raise ValueError(f"cannot listen on {host}:{port}: {err.strerror or err}") from None
     return sock
+
+
+def is_loopback(host: str) -> bool:
+    """Whether host is this machine only: localhost, or a loopback address (127.0.0.0/8, ::1)."""
+    if host.rstrip(".").lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False

@@ -58,6 +58,8 @@ def read_lines(path: str | Path) -> list[str]:
 
 def check_split(prefix: str, src_lang: str, tgt_lang: str, field: str) -> None:
     """Before training: the split's two files exist and hold text (field names the recipe's setting)."""
+    if not prefix:
+        raise ValueError(f"{field} is not set: give it in the recipe (recipes/*.yaml) or as --{field}=PREFIX")
     paths = []
     for lang in (src_lang, tgt_lang):
         try:

@@ -142,8 +142,9 @@ class OneDnnProjection(nn.Module):
         return onednn_linear(hidden, self.projection.matrix, bias)
 
 
-def forced(option: str | None = None) -> str | None:
-    """The backend asked for by the option, else by AIAYN_GEMM; None = measure. An unknown name is an error."""
+def forced(option: str | None = None, decoding: bool = True) -> str | None:
+    """The backend asked for by the option, else by AIAYN_GEMM; None = measure. An unknown name is an error.
+    decoding=False (training, which takes only the layers' backend): aiayn's own product is not built for it."""
     name = option if option not in (None, "auto") else os.environ.get(ENV) or None
     if name in (None, "auto"):
         return None
@@ -154,7 +155,7 @@ def forced(option: str | None = None) -> str | None:
         raise ValueError(f"GEMM backend {name}: this PyTorch build has no oneDNN")
     if packs_vocabulary(name) and not float32_available():
         raise ValueError(f"GEMM backend {name}: this PyTorch build cannot pack a matrix for oneDNN")
-    if uses_gemv(name) and gemv.kernel() is None:
+    if decoding and uses_gemv(name) and gemv.kernel() is None:
         raise ValueError(f"GEMM backend {name}: aiayn's product is not available here: {gemv.why_not()}")
     return name
 
@@ -283,14 +284,15 @@ def choose(config: ModelConfig, rows: int, option: str | None = None) -> str:
     Every rank of a torch.distributed job gets rank 0's answer, so that one job decodes one way.
     """
     name = forced(option)
-    if name is None and stand_in_bytes(config) > MEASURE_BYTES:  # a config no weights file of this size could match:
-        name = "mkl"  # loading will say so, by name, rather than the measure asking for its matrices first
+    if name is None and stand_in_bytes(config) > MEASURE_BYTES:  # too big to make stand-ins of here (or a mistyped
+        name = "mkl"  # config, which loading then names, rather than the measure asking for terabytes first)
     if name is None:
         name = pick(measure(config, rows), logits_bytes=4 * rows * config.target_vocab_size)
     return rank_zeros(name)
 
 
-MEASURE_BYTES = 4 << 30  # the measure's stand-in matrices at most (opus-mt's: 0.2 GiB)
+# The measure's stand-in matrices at most (opus-mt's: 0.2 GiB): a quarter of this machine's memory, 16 GiB at most.
+MEASURE_BYTES = min(16 << 30, os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 4) if hasattr(os, "sysconf") else 4 << 30
 
 
 def stand_in_bytes(config: ModelConfig) -> int:

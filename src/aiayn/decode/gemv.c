@@ -8,8 +8,8 @@
  * a time, x's rows in registers, more partial sums), this one streamed fastest on a 2-core EPYC
  * host, at a plain sum's rate with one row (docs/translation.md).
  *
- * Built on first use by gemv.py with -march=native, threaded by the OpenMP runtime PyTorch itself
- * uses (torch.set_num_threads applies).
+ * Built on first use by gemv.py with -march=native, linked to the OpenMP runtime PyTorch itself has
+ * loaded, and run on torch.get_num_threads() threads.
  *
  *   x (M, K), W (N, K), b (N) or NULL, y (M, N): float32, contiguous.
  */
@@ -23,8 +23,8 @@ static inline float dot(const float *restrict w, const float *restrict x, long K
 
 #define BLOCK 16 /* rows of W a thread takes at a time */
 
-void aiayn_gemv_f32(const float *x, const float *W, const float *b, float *y, long M, long N, long K) {
-    #pragma omp parallel for schedule(static)
+void aiayn_gemv_f32(const float *x, const float *W, const float *b, float *y, long M, long N, long K, int threads) {
+    #pragma omp parallel for schedule(static) num_threads(threads)
     for (long n0 = 0; n0 < N; n0 += BLOCK) {
         long n1 = n0 + BLOCK < N ? n0 + BLOCK : N;
         for (long n = n0; n < n1; n++)

@@ -10,10 +10,13 @@ the layout PyTorch stores it, and keeps pace with that sum.
 The C source ships with the package. The host's C compiler (`$CC`, else `cc`) builds it with
 `-march=native` the first time it is needed, in well under a second. The library goes into a cache
 folder of the user's own (`$AIAYN_CACHE`, else `$XDG_CACHE_HOME/aiayn`, else `~/.cache/aiayn`), named
-by a hash of the source, the compiler and the CPU, and is called through ctypes on PyTorch's own
-OpenMP threads. Where there is no compiler, the build fails, or the library's product disagrees with
-PyTorch's on a check, `kernel()` is None and `why_not()` says why. The backend measure
-(`backend.measure`) then leaves "onednn+gemv" out, and forcing it is an error that gives the reason.
+by a hash of the source, the compiler and the CPU, and is called through ctypes. It is linked to the
+very OpenMP library PyTorch has loaded (a wheel may ship libgomp under a name of its own: a second
+runtime would start threads of its own) and told torch's thread count at each call. Where there is no
+compiler, the build fails, the cache folder or one above it could be written by another user, or the
+library's product disagrees with PyTorch's on a check, `kernel()` is None and `why_not()` says why.
+The backend measure (`backend.measure`) then leaves "onednn+gemv" out, and forcing it is an error that
+gives the reason.
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ from .projection import LogitsBuffer
 
 SOURCE = Path(__file__).with_name("gemv.c")
 MAX_ROWS = 4  # rows a call multiplies: a step's hypotheses at batch 1, beam 4 (more go to oneDNN)
-FLAGS = ["-O3", "-march=native", "-fopenmp-simd", "-shared", "-fPIC"]
+FLAGS = ["-O3", "-march=native", "-fopenmp-simd", "-shared", "-fPIC"]  # then -fopenmp and PyTorch's libgomp, if it has one
 SYMBOL = "aiayn_gemv_f32"
 
 
@@ -46,18 +49,19 @@ def cache_folder() -> Path:
     return Path(root) / "kernels"
 
 
-def _openmp() -> bool:
-    """Whether PyTorch runs on GNU OpenMP (libgomp is loaded): then the kernel is built with -fopenmp and
-    shares its threads; another runtime beside it would start threads of its own."""
-    try:
-        return "libgomp" in Path("/proc/self/maps").read_text()
-    except OSError:
-        return False
+def _libgomp() -> str | None:
+    """The GNU OpenMP library this process has loaded (PyTorch's, whatever its file is named), or None: then the
+    kernel is built without threads of its own rather than with a second runtime beside PyTorch's."""
+    for line in Path("/proc/self/maps").read_text(errors="replace").splitlines():
+        path = line.split(maxsplit=5)[-1] if len(line.split(maxsplit=5)) == 6 else ""
+        if os.path.basename(path).startswith("libgomp") and ".so" in path and os.path.isfile(path):
+            return path
+    return None
 
 
 def _key(compiler: str, flags: list[str]) -> str:
     """A hash of what the built library depends on: the source, the compiler, its flags, the CPU."""
-    version = subprocess.run([compiler, "--version"], capture_output=True, text=True, timeout=30).stdout
+    version = subprocess.run([compiler, "--version"], capture_output=True, text=True, errors="replace", timeout=30).stdout
     try:
         cpu = "".join(line for line in Path("/proc/cpuinfo").read_text().splitlines()
                       if line.startswith(("model name", "flags")))  # -march=native builds for this CPU
@@ -73,18 +77,32 @@ def _private(folder: Path) -> bool:
     return info.st_uid == os.getuid() and not info.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
 
 
-def _build(compiler: str, flags: list[str], folder: Path, name: str) -> Path:
+def _trusted_path(folder: Path) -> bool:
+    """Whether no other user can replace folder: every folder above it is ours or root's, and not writable by
+    others unless sticky (as /tmp is: there no one may rename another's entries)."""
+    for above in Path(os.path.realpath(folder)).parents:
+        info = above.stat()
+        if info.st_uid not in (0, os.getuid()):
+            return False
+        if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not info.st_mode & stat.S_ISVTX:
+            return False
+    return True
+
+
+def _build(compiler: str, flags: list[str], link: list[str], folder: Path, name: str) -> Path:
     """The library built into folder/name (written whole: a temporary file, then renamed)."""
     folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-    if not _private(folder):
-        raise OSError(f"{folder} is writable by others; not loading code from it")
+    if not _private(folder) or not _trusted_path(folder):
+        raise OSError(f"{folder} is not this user's alone (another user owns it, or could write to it or a folder "
+                      "above it); not loading code from it: set AIAYN_CACHE to a folder of your own")
     target = folder / name
     if target.is_file() and _private(target):
         return target
     fd, scratch = tempfile.mkstemp(prefix=f".{name}.", dir=folder)
     os.close(fd)
     try:
-        done = subprocess.run([compiler, *flags, str(SOURCE), "-o", scratch], capture_output=True, text=True, timeout=120)
+        command = [compiler, *flags, str(SOURCE), "-o", scratch, *link]
+        done = subprocess.run(command, capture_output=True, text=True, errors="replace", timeout=120)
         if done.returncode != 0:
             raise OSError(f"{compiler} failed: {(done.stderr or done.stdout).strip().splitlines()[-1:]}")
         os.chmod(scratch, 0o700)
@@ -103,19 +121,23 @@ def _load() -> tuple[object | None, str | None]:
     compiler = os.environ.get("CC") or "cc"
     if shutil.which(compiler) is None:
         return None, f"no C compiler ({compiler!r} not found; set CC)"
-    flags = FLAGS + (["-fopenmp"] if _openmp() else [])
     try:
-        path = _build(compiler, flags, cache_folder(), f"gemv-{_key(compiler, flags)}.so")
+        gomp = _libgomp()
+        # With PyTorch's libgomp: compiled with -fopenmp, linked to that very file (-nodefaultlibs keeps gcc's own
+        # -lgomp out: the system's libgomp beside PyTorch's would be a second runtime), and libc.
+        flags = FLAGS + (["-fopenmp", "-nodefaultlibs"] if gomp else [])
+        link = [gomp, "-lc"] if gomp else []
+        path = _build(compiler, flags, link, cache_folder(), f"gemv-{_key(compiler, flags + link)}.so")
         function = getattr(ctypes.CDLL(str(path)), SYMBOL)
-    except (OSError, subprocess.SubprocessError, AttributeError) as e:
-        return None, f"could not build {SOURCE.name}: {e}"
-    function.argtypes = [ctypes.c_void_p] * 4 + [ctypes.c_long] * 3
+    except Exception as err:  # optional: whatever goes wrong, decoding goes on without it, and says why
+        return None, f"could not build {SOURCE.name}: {err}"
+    function.argtypes = [ctypes.c_void_p] * 4 + [ctypes.c_long] * 3 + [ctypes.c_int]
     function.restype = None
     generator = torch.Generator().manual_seed(0)
     for M, N, K in ((1, 37, 50), (3, 70, 64), (4, 129, 33)):  # odd shapes: every tail of gemv.c
         x, W, b = (torch.randn(*shape, generator=generator) for shape in ((M, K), (N, K), (N,)))
         y = torch.empty(M, N)
-        function(x.data_ptr(), W.data_ptr(), b.data_ptr(), y.data_ptr(), M, N, K)
+        function(x.data_ptr(), W.data_ptr(), b.data_ptr(), y.data_ptr(), M, N, K, torch.get_num_threads())
         if not torch.allclose(y, torch.addmm(b, x, W.t()), atol=1e-4, rtol=1e-4):
             return None, f"{SOURCE.name}'s product disagreed with PyTorch's on a ({M}, {K}) x ({N}, {K}) check"
     return function, None
@@ -133,10 +155,19 @@ def why_not() -> str | None:
 
 def product(x: Tensor, weight: Tensor, bias: Tensor | None = None, out: Tensor | None = None) -> Tensor:
     """x (M, K) W^T + b, M <= MAX_ROWS, into out (M, N) if given; W (N, K); float32, contiguous, on the CPU."""
+    function = kernel()
+    if function is None:
+        raise RuntimeError(f"aiayn's product is not available here: {why_not()}")
     M, K = x.shape
     N = weight.size(0)
     out = torch.empty(M, N) if out is None else out
-    kernel()(x.data_ptr(), weight.data_ptr(), None if bias is None else bias.data_ptr(), out.data_ptr(), M, N, K)
+    tensors = [t for t in (x, weight, bias, out) if t is not None]
+    if (weight.shape != (N, K) or (bias is not None and bias.shape != (N,)) or out.shape != (M, N) or M > MAX_ROWS
+            or any(t.dtype != torch.float32 or t.device.type != "cpu" or not t.is_contiguous() for t in tensors)):
+        raise ValueError(f"gemv.product: x {tuple(x.shape)}, W {tuple(weight.shape)}: not float32 (M <= {MAX_ROWS}, K) "
+                         "times (N, K), contiguous, on the CPU")
+    function(x.data_ptr(), weight.data_ptr(), None if bias is None else bias.data_ptr(), out.data_ptr(), M, N, K,
+             torch.get_num_threads())
     return out
 
 

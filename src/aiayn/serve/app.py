@@ -8,6 +8,7 @@ positions,cost}; the page at / and its files under /static/. Every error is a JS
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import json
 import sys
 import traceback
@@ -39,11 +40,12 @@ SECURITY_HEADERS = [
 
 
 def build_app(translator: Translator, model_dir: str | Path, limits: Limits = Limits(), batching: bool = True,
-              src_lang: str | None = None, tgt_lang: str | None = None, local_only: bool = True) -> Counted:
+              src_lang: str | None = None, tgt_lang: str | None = None, local_only: bool = False) -> Counted:
     """The app serving translator; model_dir is where it was loaded from (its run's results sit beside it).
 
-    local_only (a server on a loopback address): requests must name this machine in their Host header, so that
-    a web page elsewhere cannot reach the server through a DNS name it points here ("DNS rebinding").
+    local_only (`aiayn serve` on a loopback address): requests must name this machine in their Host header, so
+    that a web page elsewhere cannot reach the server through a DNS name it points here ("DNS rebinding"). Off for
+    an app served some other way (behind a proxy, whose requests name the proxy's host).
     """
     api = Api(translator, Path(model_dir), limits, batching, src_lang, tgt_lang)
     app = Starlette(
@@ -182,7 +184,17 @@ async def internal_error(request: Request, err: Exception) -> Response:
     return JSONResponse({"error": f"internal error: {type(err).__name__}", "field": None}, status_code=500)
 
 
-LOOPBACK_NAMES = ("localhost", "127.0.0.1", "[::1]", "::1")
+LOOPBACK_NAMES = ("localhost", "localhost.", "[::1]", "::1")  # and any 127.x.y.z (`is_local_name`)
+
+
+def is_local_name(name: str) -> bool:
+    """Whether a Host header's name is this machine: localhost, or a loopback address."""
+    if name.lower() in LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(name.strip("[]")).is_loopback
+    except ValueError:
+        return False
 
 
 class Counted:
@@ -190,7 +202,7 @@ class Counted:
     another site could send: a POST whose body is not declared JSON (a form or plain text needs no permission
     from this server to be sent across sites; JSON does), and, on a local-only server, a Host not this machine."""
 
-    def __init__(self, app: Starlette, worker: ModelWorker, local_only: bool = True):
+    def __init__(self, app: Starlette, worker: ModelWorker, local_only: bool = False):
         self.app, self.worker, self.state, self.local_only = app, worker, app.state, local_only
 
     async def __call__(self, scope, receive, send) -> None:
@@ -212,7 +224,7 @@ class Counted:
         if self.local_only:
             host = headers.get("host", "")
             name = host.rsplit(":", 1)[0] if not host.endswith("]") else host
-            if name.lower() not in LOOPBACK_NAMES:
+            if not is_local_name(name):
                 return 421, "host", f"Host {host!r}: this server answers only requests to this machine (127.0.0.1, localhost)"
         if scope["method"] == "POST" and scope["path"].startswith("/api/"):
             media = headers.get("content-type", "").split(";")[0].strip().lower()

@@ -124,7 +124,7 @@ def choose(option: str, config: ModelConfig, device: torch.device, dtype: torch.
         raise ValueError(f"train.gemm: {option!r} is not one of {', '.join(CHOICES)}")
     if device.type != "cpu" or dtype is not None or compiled:
         return "mkl"
-    name = forced(option)
+    name = forced(option, decoding=False)
     name = layers_of(name) if name else kept or None  # AIAYN_GEMM=mkl+packed: decoding's packed vocabulary; MKL here
     if name is None and measured_flop(config) < MIN_FLOP:
         name = "mkl"

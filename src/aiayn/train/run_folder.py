@@ -114,8 +114,12 @@ def check(out: Path, recipe: Recipe, recipe_file: str | Path | None, locked: boo
 
 
 def trained(out: Path) -> bool:
-    """Whether a run in OUT wrote a checkpoint: then it is resumed, and its recipe holds."""
-    return (out / "checkpoints").is_dir() and any(p.name.startswith("step-") for p in (out / "checkpoints").iterdir())
+    """Whether a run in OUT got past its setup: a checkpoint, or a final model, results or logs (its checkpoints may
+    have been deleted to save space). Then its recipe holds."""
+    checkpoints = out / "checkpoints"
+    if checkpoints.is_dir() and any(p.name.startswith("step-") for p in checkpoints.iterdir()):
+        return True
+    return any((out / name).exists() for name in ("model", "results.json", "test.hyp", "tensorboard"))
 
 
 def start_over(out: Path, old: dict[str, Any]) -> None:
