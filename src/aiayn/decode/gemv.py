@@ -35,7 +35,7 @@ from pathlib import Path
 import torch
 from torch import Tensor, nn
 
-from .projection import LogitsBuffer
+from .projection import BufferedProjection
 
 SOURCE = Path(__file__).with_name("gemv.c")
 MAX_ROWS = 4  # rows a call multiplies: a step's hypotheses at batch 1, beam 4 (more go to oneDNN)
@@ -198,18 +198,9 @@ class GemvLinear(nn.Module):
         return product(flat, self.weight, self.bias).view(*x.shape[:-1], self.out_features)
 
 
-class GemvProjection(nn.Module):
+class GemvProjection(BufferedProjection):
     """OutputProjection (§3.4) with the kernel's product at up to MAX_ROWS rows, the logits (and the bias)
-    written into a reused buffer (`projection.LogitsBuffer`); oneDNN's product, a new tensor, above."""
-
-    def __init__(self, projection: nn.Module):
-        super().__init__()
-        self.projection = projection  # keeps its matrix (tied: the embedding's), read at every call
-        self.logits = LogitsBuffer()
-
-    @property
-    def matrix(self) -> Tensor:
-        return self.projection.matrix
+    written into the reused buffer of `projection.BufferedProjection`; oneDNN's product, a new tensor, above."""
 
     def forward(self, hidden: Tensor, bias: Tensor | None = None) -> Tensor:
         weight = self.projection.matrix  # (V, D)
