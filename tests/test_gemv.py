@@ -39,8 +39,8 @@ def test_the_layer_takes_few_rows_and_leaves_the_rest_to_onednn(monkeypatch):
     linear = torch.nn.Linear(64, 48)
     layer = gemv.GemvLinear(linear)
     assert layer.weight is linear.weight and layer.bias is linear.bias  # no copy
-    calls, kernel = [], gemv.product
-    monkeypatch.setattr(gemv, "product", lambda x, *a, **k: calls.append(tuple(x.shape)) or kernel(x, *a, **k))
+    calls, kernel = [], gemv._multiply
+    monkeypatch.setattr(gemv, "_multiply", lambda x, *a, **k: calls.append(tuple(x.shape)) or kernel(x, *a, **k))
     with torch.inference_mode():
         for shape in [(1, 64), (4, 64), (2, 1, 64), (5, 64), (3, 7, 64), (0, 64)]:
             x = torch.randn(shape)
@@ -48,6 +48,10 @@ def test_the_layer_takes_few_rows_and_leaves_the_rest_to_onednn(monkeypatch):
             assert y.shape == (*shape[:-1], 48)
             torch.testing.assert_close(y, linear(x), atol=1e-5, rtol=1e-5)
     assert calls == [(1, 64), (4, 64), (2, 64)]  # up to MAX_ROWS rows; more, or none, on oneDNN
+    x = torch.randn(2, 64, requires_grad=True)
+    calls.clear()
+    y = layer(x)  # a gradient to track: oneDNN's product, which has a backward (the kernel has none)
+    assert calls == [] and y.requires_grad
 
 
 def test_the_projection_writes_a_steps_logits_into_one_buffer():
