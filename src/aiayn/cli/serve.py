@@ -8,7 +8,6 @@ them gets a JSON error naming the field.
 from __future__ import annotations
 
 import argparse
-import ipaddress
 import socket
 import sys
 from dataclasses import fields
@@ -47,7 +46,7 @@ def run(args: argparse.Namespace) -> int:
     import uvicorn
 
     from ..decode.translate import Translator
-    from ..serve.app import build_app
+    from ..serve.app import build_app, is_local_name
 
     limits = Limits(**{f.name: getattr(args, f.name) for f in fields(Limits)})
     if args.beam_size is not None and not 1 <= args.beam_size <= limits.max_beam:
@@ -57,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
     with listen(args.host, args.port) as listening:  # first: a port in use is said before the model loads
         translator = Translator.load(args.model, device=args.device, int8=args.int8, gemm=args.gemm,
                                      beam_size=args.beam_size, alpha=args.alpha)
-        local = is_loopback(args.host)
+        local = is_local_name(args.host)
         app = build_app(translator, args.model, limits, batching=not args.no_batching,
                         src_lang=args.source_lang, tgt_lang=args.target_lang, local_only=local)
         if not local:
@@ -82,12 +81,3 @@ def listen(host: str, port: int) -> socket.socket:
         raise ValueError(f"cannot listen on {host}:{port}: {err.strerror or err}") from None
     return sock
 
-
-def is_loopback(host: str) -> bool:
-    """Whether host is this machine only: localhost, or a loopback address (127.0.0.0/8, ::1)."""
-    if host.rstrip(".").lower() == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False

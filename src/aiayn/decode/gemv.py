@@ -29,12 +29,12 @@ import platform
 import shutil
 import stat
 import subprocess
-import tempfile
 from pathlib import Path
 
 import torch
 from torch import Tensor, nn
 
+from ..files import temporary_beside
 from .projection import BufferedProjection
 
 SOURCE = Path(__file__).with_name("gemv.c")
@@ -53,7 +53,8 @@ def _libgomp() -> str | None:
     """The GNU OpenMP library this process has loaded (PyTorch's, whatever its file is named), or None: then the
     kernel is built without threads of its own rather than with a second runtime beside PyTorch's."""
     for line in Path("/proc/self/maps").read_text(errors="replace").splitlines():
-        path = line.split(maxsplit=5)[-1] if len(line.split(maxsplit=5)) == 6 else ""
+        fields = line.split(maxsplit=5)  # address, perms, offset, device, inode, path
+        path = fields[5] if len(fields) == 6 else ""
         if os.path.basename(path).startswith("libgomp") and ".so" in path and os.path.isfile(path):
             return path
     return None
@@ -98,18 +99,16 @@ def _build(compiler: str, flags: list[str], link: list[str], folder: Path, name:
     target = folder / name
     if target.is_file() and _private(target):
         return target
-    fd, scratch = tempfile.mkstemp(prefix=f".{name}.", dir=folder)
-    os.close(fd)
+    scratch = temporary_beside(target)
     try:
-        command = [compiler, *flags, str(SOURCE), "-o", scratch, *link]
+        command = [compiler, *flags, str(SOURCE), "-o", str(scratch), *link]
         done = subprocess.run(command, capture_output=True, text=True, errors="replace", timeout=120)
         if done.returncode != 0:
             raise OSError(f"{compiler} failed: {(done.stderr or done.stdout).strip().splitlines()[-1:]}")
         os.chmod(scratch, 0o700)
         os.replace(scratch, target)
     finally:
-        if os.path.exists(scratch):
-            os.unlink(scratch)
+        scratch.unlink(missing_ok=True)
     return target
 
 
@@ -161,9 +160,8 @@ def product(x: Tensor, weight: Tensor, bias: Tensor | None = None, out: Tensor |
     M, K = x.shape
     N = weight.size(0)
     out = torch.empty(M, N) if out is None else out
-    tensors = [t for t in (x, weight, bias, out) if t is not None]
-    if (weight.shape != (N, K) or (bias is not None and bias.shape != (N,)) or out.shape != (M, N) or M > MAX_ROWS
-            or any(t.dtype != torch.float32 or t.device.type != "cpu" or not t.is_contiguous() for t in tensors)):
+    if (not takes(weight, bias) or weight.size(1) != K or out.shape != (M, N) or M > MAX_ROWS
+            or any(t.dtype != torch.float32 or t.device.type != "cpu" or not t.is_contiguous() for t in (x, out))):
         raise ValueError(f"gemv.product: x {tuple(x.shape)}, W {tuple(weight.shape)}: not float32 (M <= {MAX_ROWS}, K) "
                          "times (N, K), contiguous, on the CPU")
     return _multiply(x, weight, bias, out)
@@ -187,7 +185,7 @@ def takes(matrix: Tensor, bias: Tensor | None) -> bool:
 def few_rows(x: Tensor, K: int, matrix: Tensor) -> int:
     """The rows of x (..., K) where x times matrix goes to the kernel (1 to MAX_ROWS, float32 on the CPU, no
     gradient to track: the kernel has no backward), else 0."""
-    rows = x.numel() // K if K else 0
+    rows = x.numel() // K
     if not 0 < rows <= MAX_ROWS or x.dtype is not torch.float32 or not x.is_cpu:
         return 0
     if torch.is_grad_enabled() and (x.requires_grad or matrix.requires_grad):

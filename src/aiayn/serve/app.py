@@ -188,7 +188,7 @@ LOOPBACK_NAMES = ("localhost", "localhost.", "[::1]", "::1")  # and any 127.x.y.
 
 
 def is_local_name(name: str) -> bool:
-    """Whether a Host header's name is this machine: localhost, or a loopback address."""
+    """Whether a host name (`--host`, or a Host header's) is this machine: localhost, or a loopback address."""
     if name.lower() in LOOPBACK_NAMES:
         return True
     try:

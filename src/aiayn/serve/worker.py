@@ -87,14 +87,9 @@ class ModelWorker:
                 if self.batching and jobs[0].call is None:
                     jobs += await self._gather(jobs[0])
                 await self._serve(jobs)
-            except asyncio.CancelledError:
-                raise
             except Exception as err:  # a fault of the worker's own: fail the requests in hand, keep serving
                 traceback.print_exception(err, file=sys.stderr)
-                self.counters["failed"] += len(jobs)
-                for job in jobs:
-                    if not job.future.done():
-                        job.future.set_exception(err)
+                self._fail(jobs, err)
 
     async def _serve(self, jobs: list[Job]) -> None:
         """Run the jobs on the model thread and answer each; one bad batch fails its requests, never the worker."""
@@ -105,16 +100,20 @@ class ModelWorker:
             else:
                 results = await loop.run_in_executor(self.executor, self._translate, jobs)
         except Exception as err:
-            if not isinstance(err, ApiError):
-                self.counters["failed"] += len(jobs)
-            for job in jobs:
-                if not job.future.done():
-                    job.future.set_exception(err)
+            self._fail(jobs, err)
             return
         self.counters["model_batches"] += 1
         for job, result in zip(jobs, results):
             if not job.future.done():  # a client that went away has a cancelled future
                 job.future.set_result(result)
+
+    def _fail(self, jobs: list[Job], err: Exception) -> None:
+        """Answer each job still waiting with err (counted as failed unless it is the request's own fault)."""
+        if not isinstance(err, ApiError):
+            self.counters["failed"] += len(jobs)
+        for job in jobs:
+            if not job.future.done():
+                job.future.set_exception(err)
 
     async def _gather(self, first: Job) -> list[Job]:
         """Jobs with first's settings waiting now or arriving within the batching window, up to max_batch_lines
