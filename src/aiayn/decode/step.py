@@ -23,6 +23,7 @@ from ..io import trim_heap
 from ..model import Transformer
 from ..model.attention import KeyValue
 from ..model.masks import padding_mask
+from . import layer_step
 from .state import DecoderState, KVBuffer
 
 
@@ -104,7 +105,10 @@ class TransformerStep:
         with `layout.for_decoding`'s projection that is a buffer the next step overwrites.
         """
         state = cache.take()
-        logits = self.model.decode_step(tokens, state.memory_kv, state.src_mask, state.caches)  # (N, V)
+        if layer_step.applies(self.model, tokens):  # the same maths without training's wrappers
+            logits = layer_step.decode_step(self.model, tokens, state.memory_kv, state.src_mask, state.caches)  # (N, V)
+        else:
+            logits = self.model.decode_step(tokens, state.memory_kv, state.src_mask, state.caches)
         if logits.dtype != torch.float32:  # half precision: float32 log-probabilities, a new tensor
             return logits.float().log_softmax(dim=-1), state
         return torch.log_softmax(logits, dim=-1, out=logits), state

@@ -1,0 +1,61 @@
+"""The decoder at one new position, as a decoding step runs it. Not in the paper: a speed measure.
+
+`Transformer.decode_step` runs the decoder's modules as written for training: (B, T, D) tensors, the
+multi-head wrappers of §3.2.2, a dropout call after every sub-layer. At a step of batch 1 the
+products read every weight once (about 7 ms at opus-mt's shapes) and the rest is the cost of
+calling small operations, 1.3 ms of it in those wrappers (docs/translation.md, "The decoder step
+without its wrappers"). `decode_step` below is the same maths on (N, D) rows: the same modules'
+products and attentions, the heads as views, no dropout (identity in eval), the residual added in
+place. Its logits equal `Transformer.decode_step`'s (tests/test_layer_step.py).
+
+Dimension legend: B sentences, K hypotheses each, N = B x K rows, h heads, d = d_k = d_v, D = h x d.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch.nn.functional as F
+from torch import Tensor
+
+from ..model import KeyValue, Transformer
+from ..model.attention import SelfAttentionCache
+from ..model.layers import DecoderLayer
+
+
+def applies(model: Transformer, tokens: Tensor) -> bool:
+    """Whether `decode_step` computes model.decode_step(tokens, ...): one new position, not training."""
+    return tokens.size(1) == 1 and not model.training
+
+
+def decode_step(model: Transformer, tokens: Tensor, memory_kv: list[KeyValue], src_mask: Tensor,
+                caches: Sequence[SelfAttentionCache]) -> Tensor:
+    """tokens (N, 1) -> logits (N, V) of the next token; each cache is given the new position (§3.2.3)."""
+    decoder = model.decoder
+    y = decoder.embed(tokens[:, 0]) + decoder.positions(1, caches[0].length)  # (N, D)
+    for layer, kv, cache in zip(decoder.layers, memory_kv, caches):
+        y = layer_step(layer, y, kv, src_mask, cache)
+    return model.project(y)
+
+
+def layer_step(layer: DecoderLayer, y: Tensor, memory_kv: KeyValue, src_mask: Tensor, cache: SelfAttentionCache) -> Tensor:
+    """`DecoderLayer.forward` at one position: y (N, D) -> (N, D), each sub-layer LayerNorm(y + Sublayer(y)) (§3.1)."""
+    N, _ = y.shape
+    attn = layer.self_attn
+    h, d_k, d_v = attn.heads, attn.d_k, attn.d_v
+    kv = cache.append(KeyValue(attn.k_proj(y).view(N, h, 1, d_k), attn.v_proj(y).view(N, h, 1, d_v)))  # (N, h, t, d)
+    out, _ = attn.attention(attn.q_proj(y).view(N, h, 1, d_k), kv.k, kv.v, None)  # (N, h, 1, d_v)
+    y = add_norm(y, attn.out_proj(out.reshape(N, h * d_v)), layer.self_attn_layer_norm)
+    # Encoder-decoder attention: the K hypotheses of a sentence attend as K query positions of its source.
+    attn = layer.cross_attn
+    B = memory_kv.k.size(0)
+    q = attn.q_proj(y).view(B, N // B, h, d_k).transpose(1, 2)  # (B, h, K, d_k)
+    out, _ = attn.attention(q, memory_kv.k, memory_kv.v, src_mask)  # (B, h, K, d_v)
+    y = add_norm(y, attn.out_proj(out.transpose(1, 2).reshape(N, h * d_v)), layer.cross_attn_layer_norm)
+    ffn = layer.ffn
+    return add_norm(y, ffn.fc2(ffn.activation(ffn.fc1(y))), layer.final_layer_norm)  # eq. (2)
+
+
+def add_norm(y: Tensor, sublayer: Tensor, norm) -> Tensor:
+    """LayerNorm(y + Sublayer(y)), the sum formed in the sub-layer's own output (a tensor of its own)."""
+    return F.layer_norm(sublayer.add_(y), norm.normalized_shape, norm.weight, norm.bias, norm.eps)

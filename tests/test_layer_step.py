@@ -1,0 +1,66 @@
+"""decode/layer_step.py: a decoding step without training's wrappers gives the model's own decode_step's logits."""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import pytest
+import torch
+
+from aiayn import ModelConfig, Transformer
+from aiayn.decode import backend, layer_step
+from aiayn.decode.layout import for_decoding
+from aiayn.decode.step import TransformerStep
+from aiayn.model.attention import ConcatCache
+
+# Every backend this host can run: aiayn's own product needs a C compiler, the rest PyTorch with oneDNN.
+BACKENDS = ["mkl"] + [name for name in backend.BACKENDS if name != "mkl" and backend.onednn_available()
+                      and (not backend.uses_gemv(name) or shutil.which(os.environ.get("CC") or "cc"))]
+
+
+def steps_both_ways(model: Transformer, src: torch.Tensor, tokens: torch.Tensor, hypotheses: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Logits (steps, N, V) of tokens (N, steps) fed one at a time, by model.decode_step and by layer_step.decode_step;
+    N = B x hypotheses rows, each sentence's hypotheses reading its one copy of the encoder's keys and values."""
+    with torch.inference_mode():
+        memory, src_mask = model.encode(src)
+        memory_kv = model.decoder.memory_kv(memory)
+        caches = {way: [ConcatCache() for _ in model.decoder.layers] for way in ("model", "lean")}
+        model_logits, lean_logits = [], []
+        for t in range(tokens.size(1)):
+            step = tokens[:, t : t + 1]  # (N, 1)
+            model_logits.append(model.decode_step(step, memory_kv, src_mask, caches["model"]).clone())
+            lean_logits.append(layer_step.decode_step(model, step, memory_kv, src_mask, caches["lean"]).clone())
+    return torch.stack(model_logits), torch.stack(lean_logits)
+
+
+@pytest.mark.parametrize("gemm", [None] + BACKENDS)
+@pytest.mark.parametrize("hypotheses", [1, 3])
+def test_the_step_without_wrappers_gives_the_models_logits(gemm, hypotheses):
+    torch.manual_seed(0)
+    cfg = ModelConfig.preset("tiny", vocab_size=40, activation="swish", final_logits_bias=True)
+    model = Transformer(cfg).eval()
+    with torch.no_grad():
+        model.logits_bias.normal_()
+    if gemm is not None:
+        for_decoding(model, gemm)
+    src = torch.randint(4, 40, (2, 7))
+    src[1, 4:] = cfg.pad_id  # a padded source: the encoder-decoder attention's mask matters
+    tokens = torch.randint(4, 40, (2 * hypotheses, 6))
+    model_logits, lean_logits = steps_both_ways(model, src, tokens, hypotheses)
+    assert (model_logits - lean_logits).abs().max().item() <= 1e-5
+    assert model_logits[0].std() > 0.1 and not torch.equal(model_logits[0], model_logits[1])  # real, changing logits
+
+
+def test_the_search_takes_it_at_one_new_position_outside_training(monkeypatch):
+    model = Transformer(ModelConfig.preset("tiny", vocab_size=30)).eval()
+    one, two = torch.zeros(2, 1, dtype=torch.long), torch.zeros(2, 2, dtype=torch.long)
+    assert layer_step.applies(model, one) and not layer_step.applies(model, two)
+    assert not layer_step.applies(model.train(), one)
+    model.eval()
+    calls = []
+    monkeypatch.setattr(layer_step, "decode_step", lambda *a: calls.append(a) or model.decode_step(*a[1:]))
+    step = TransformerStep(model)
+    with torch.inference_mode():
+        step.step(torch.full((2, 1), model.config.bos_id), step.start(torch.randint(4, 30, (2, 5))))
+    assert len(calls) == 1
