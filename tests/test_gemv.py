@@ -123,3 +123,19 @@ except ValueError as e:
     done = run(code, {"AIAYN_CACHE": str(shared)})
     assert done.returncode == 0, done.stderr
     assert "is not this user's alone" in done.stdout and not list((shared / "kernels").iterdir())
+
+
+def test_it_is_linked_to_pytorchs_openmp_where_other_wheels_load_their_own():
+    """SentencePiece's wheel ships a libgomp of its own; a kernel linked to it would start a second thread pool."""
+    code = """
+import os, torch, sentencepiece
+from aiayn.decode import gemv
+loaded = {line.split()[-1] for line in open("/proc/self/maps") if "libgomp" in line}
+chosen = gemv._libgomp()
+torch_folder = os.path.dirname(os.path.realpath(torch.__file__))
+print(len(loaded), chosen is None or os.path.realpath(chosen).startswith((torch_folder + "/", torch_folder + ".libs/")))
+"""
+    done = run(code, {})
+    assert done.returncode == 0, done.stderr
+    count, torchs = done.stdout.split()
+    assert torchs == "True", f"{count} libgomp loaded; the kernel would not run on PyTorch's"

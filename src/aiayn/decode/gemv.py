@@ -50,14 +50,21 @@ def cache_folder() -> Path:
 
 
 def _libgomp() -> str | None:
-    """The GNU OpenMP library this process has loaded (PyTorch's, whatever its file is named), or None: then the
-    kernel is built without threads of its own rather than with a second runtime beside PyTorch's."""
+    """PyTorch's GNU OpenMP library as this process has loaded it (whatever its file is named), or None: then the
+    kernel is built without threads of its own rather than with a second runtime beside PyTorch's.
+
+    Other wheels ship a libgomp of their own (SentencePiece's is `sentencepiece.libs/libgomp-<hash>.so`), and a
+    process that imports them has several loaded: the one inside PyTorch's folders (`torch/lib`, `torch.libs`)
+    is PyTorch's, whichever is mapped first. Where none is, a single one loaded is taken as PyTorch's."""
+    torch_folder = os.path.dirname(os.path.realpath(torch.__file__))
+    loaded = []
     for line in Path("/proc/self/maps").read_text(errors="replace").splitlines():
         fields = line.split(maxsplit=5)  # address, perms, offset, device, inode, path
         path = fields[5] if len(fields) == 6 else ""
-        if os.path.basename(path).startswith("libgomp") and ".so" in path and os.path.isfile(path):
-            return path
-    return None
+        if os.path.basename(path).startswith("libgomp") and ".so" in path and path not in loaded and os.path.isfile(path):
+            loaded.append(path)
+    torchs = [p for p in loaded if os.path.realpath(p).startswith((torch_folder + os.sep, torch_folder + ".libs" + os.sep))]
+    return torchs[0] if torchs else loaded[0] if len(loaded) == 1 else None
 
 
 def _key(compiler: str, flags: list[str]) -> str:
