@@ -52,6 +52,11 @@ def test_the_layer_takes_few_rows_and_leaves_the_rest_to_onednn(monkeypatch):
     calls.clear()
     y = layer(x)  # a gradient to track: oneDNN's product, which has a backward (the kernel has none)
     assert calls == [] and y.requires_grad
+    unbiased = torch.nn.Linear(64, 48, bias=False)
+    x = torch.randn(3, 64)
+    with torch.inference_mode():
+        torch.testing.assert_close(gemv.GemvLinear(unbiased)(x), unbiased(x), atol=1e-5, rtol=1e-5)
+    assert calls[-1] == (3, 64)
 
 
 def test_the_projection_writes_a_steps_logits_into_one_buffer():
