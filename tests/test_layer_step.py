@@ -11,6 +11,7 @@ import torch
 from aiayn import ModelConfig, Transformer
 from aiayn.decode import backend, layer_step
 from aiayn.decode.layout import for_decoding
+from aiayn.decode.quantize import quantize_int8
 from aiayn.decode.step import TransformerStep
 from aiayn.model.attention import ConcatCache
 
@@ -34,7 +35,7 @@ def steps_both_ways(model: Transformer, src: torch.Tensor, tokens: torch.Tensor,
     return torch.stack(model_logits), torch.stack(lean_logits)
 
 
-@pytest.mark.parametrize("gemm", [None] + BACKENDS)
+@pytest.mark.parametrize("gemm", [None, "int8"] + BACKENDS)
 @pytest.mark.parametrize("hypotheses", [1, 3])
 def test_the_step_without_wrappers_gives_the_models_logits(gemm, hypotheses):
     torch.manual_seed(0)
@@ -42,7 +43,9 @@ def test_the_step_without_wrappers_gives_the_models_logits(gemm, hypotheses):
     model = Transformer(cfg).eval()
     with torch.no_grad():
         model.logits_bias.normal_()
-    if gemm is not None:
+    if gemm == "int8":
+        quantize_int8(model)
+    elif gemm is not None:
         for_decoding(model, gemm)
     src = torch.randint(4, 40, (2, 7))
     src[1, 4:] = cfg.pad_id  # a padded source: the encoder-decoder attention's mask matters
