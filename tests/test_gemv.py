@@ -57,6 +57,8 @@ def test_the_layer_takes_few_rows_and_leaves_the_rest_to_onednn(monkeypatch):
     with torch.inference_mode():
         torch.testing.assert_close(gemv.GemvLinear(unbiased)(x), unbiased(x), atol=1e-5, rtol=1e-5)
     assert calls[-1] == (3, 64)
+    with pytest.raises(RuntimeError), torch.inference_mode():  # a width that is not the layer's: an error, not a read past W
+        layer(torch.randn(2, 128))
 
 
 def test_the_projection_writes_a_steps_logits_into_one_buffer():

@@ -41,7 +41,10 @@ def test_the_step_without_wrappers_gives_the_models_logits(gemm, hypotheses):
     torch.manual_seed(0)
     cfg = ModelConfig.preset("tiny", vocab_size=40, activation="swish", final_logits_bias=True)
     model = Transformer(cfg).eval()
-    with torch.no_grad():
+    with torch.no_grad():  # every norm's gain and shift and every bias its own: a mix-up or a dropped bias shows
+        for param in model.parameters():
+            if param.dim() == 1:
+                param.normal_(1.0 if param.size(0) == cfg.d_model else 0.0, 0.3)
         model.logits_bias.normal_()
     if gemm == "int8":
         quantize_int8(model)
@@ -61,6 +64,15 @@ def test_the_search_takes_it_at_one_new_position_outside_training(monkeypatch):
     assert layer_step.applies(model, one) and not layer_step.applies(model, two)
     assert not layer_step.applies(model.train(), one)
     model.eval()
+    # What it repeats must be the model's own modules, unhooked and not training: else the model's step runs.
+    assert layer_step.fits(model) and TransformerStep(model).lean
+    model.decoder.layers[1].ffn.dropout.train()  # dropout kept on at inference
+    assert not layer_step.fits(model)
+    model.eval()
+    handle = model.decoder.layers[0].self_attn.register_forward_hook(lambda *a: None)
+    assert not layer_step.fits(model)
+    handle.remove()
+    assert layer_step.fits(model)
     calls = []
     monkeypatch.setattr(layer_step, "decode_step", lambda *a: calls.append(a) or model.decode_step(*a[1:]))
     step = TransformerStep(model)

@@ -54,17 +54,44 @@ def _libgomp() -> str | None:
     kernel is built without threads of its own rather than with a second runtime beside PyTorch's.
 
     Other wheels ship a libgomp of their own (SentencePiece's is `sentencepiece.libs/libgomp-<hash>.so`), and a
-    process that imports them has several loaded: the one inside PyTorch's folders (`torch/lib`, `torch.libs`)
-    is PyTorch's, whichever is mapped first. Where none is, a single one loaded is taken as PyTorch's."""
-    torch_folder = os.path.dirname(os.path.realpath(torch.__file__))
+    process that imports them has several loaded. PyTorch's is the one its own library resolves OpenMP's calls
+    to (`_openmp_of`); where that cannot be asked, the one inside PyTorch's folders (`torch/lib`, `torch.libs`),
+    else the first mapped. A PyTorch on another OpenMP (Intel's or LLVM's) gets None."""
     loaded = []
     for line in Path("/proc/self/maps").read_text(errors="replace").splitlines():
         fields = line.split(maxsplit=5)  # address, perms, offset, device, inode, path
         path = fields[5] if len(fields) == 6 else ""
-        if os.path.basename(path).startswith("libgomp") and ".so" in path and path not in loaded and os.path.isfile(path):
+        if ".so" in path and path not in loaded and os.path.isfile(path):
             loaded.append(path)
-    torchs = [p for p in loaded if os.path.realpath(p).startswith((torch_folder + os.sep, torch_folder + ".libs" + os.sep))]
-    return torchs[0] if torchs else loaded[0] if len(loaded) == 1 else None
+    torch_cpu = next((p for p in loaded if os.path.basename(p).startswith("libtorch_cpu")), None)
+    resolved = _openmp_of(torch_cpu) if torch_cpu else None
+    if resolved is not None:
+        return resolved if os.path.basename(resolved).startswith("libgomp") else None
+    gomps = [p for p in loaded if os.path.basename(p).startswith("libgomp")]
+    torch_folder = os.path.dirname(os.path.realpath(torch.__file__))
+    torchs = [p for p in gomps if os.path.realpath(p).startswith((torch_folder + os.sep, torch_folder + ".libs" + os.sep))]
+    return (torchs or gomps or [None])[0]
+
+
+class _DlInfo(ctypes.Structure):
+    _fields_ = [("dli_fname", ctypes.c_char_p), ("dli_fbase", ctypes.c_void_p),
+                ("dli_sname", ctypes.c_char_p), ("dli_saddr", ctypes.c_void_p)]
+
+
+def _openmp_of(library: str) -> str | None:
+    """The file that `omp_get_max_threads` resolves to from library (already loaded): looked up through its own
+    handle, which searches what it was linked against, then named by dladdr. None where that cannot be asked."""
+    try:
+        handle = ctypes.CDLL(library, mode=os.RTLD_NOLOAD | os.RTLD_LAZY)
+        address = ctypes.cast(handle.omp_get_max_threads, ctypes.c_void_p).value
+        dladdr = ctypes.CDLL(None).dladdr
+        dladdr.argtypes, dladdr.restype = [ctypes.c_void_p, ctypes.POINTER(_DlInfo)], ctypes.c_int
+        info = _DlInfo()
+        if not address or not dladdr(address, ctypes.byref(info)) or not info.dli_fname:
+            return None
+        return os.fsdecode(info.dli_fname)
+    except (OSError, AttributeError):
+        return None
 
 
 def _key(compiler: str, flags: list[str]) -> str:
@@ -191,9 +218,9 @@ def takes(matrix: Tensor, bias: Tensor | None) -> bool:
 
 def few_rows(x: Tensor, K: int, matrix: Tensor) -> int:
     """The rows of x (..., K) where x times matrix goes to the kernel (1 to MAX_ROWS, float32 on the CPU, no
-    gradient to track: the kernel has no backward), else 0."""
+    gradient to track: the kernel has no backward), else 0 (also where x is not (..., K): oneDNN then says so)."""
     rows = x.numel() // K
-    if not 0 < rows <= MAX_ROWS or x.dtype is not torch.float32 or not x.is_cpu:
+    if not 0 < rows <= MAX_ROWS or x.size(-1) != K or x.dtype is not torch.float32 or not x.is_cpu:
         return 0
     if torch.is_grad_enabled() and (x.requires_grad or matrix.requires_grad):
         return 0

@@ -20,12 +20,27 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..model import KeyValue, Transformer
-from ..model.attention import SelfAttentionCache
-from ..model.layers import DecoderLayer
+from ..model.attention import MultiHeadAttention, SelfAttentionCache
+from ..model.layers import DecoderLayer, FeedForward
+from ..model.transformer import Decoder
+
+
+def fits(model: Transformer) -> bool:
+    """Whether model's decoder is made of exactly the modules whose forward `decode_step` repeats (Decoder,
+    DecoderLayer, MultiHeadAttention, FeedForward, LayerNorm), with no hooks on them and none of them training.
+    The modules it calls (products, attentions, embeddings) may be any; checked once per step model."""
+    decoder = model.decoder
+    expected = [(decoder, Decoder)]
+    for layer in decoder.layers:
+        expected += [(layer, DecoderLayer), (layer.self_attn, MultiHeadAttention), (layer.cross_attn, MultiHeadAttention),
+                     (layer.ffn, FeedForward)]
+        expected += [(norm, nn.LayerNorm) for norm in (layer.self_attn_layer_norm, layer.cross_attn_layer_norm, layer.final_layer_norm)]
+    return (all(type(module) is kind and not module._forward_hooks and not module._forward_pre_hooks for module, kind in expected)
+            and not any(module.training for module in decoder.modules()))
 
 
 def applies(model: Transformer, tokens: Tensor) -> bool:
-    """Whether `decode_step` computes model.decode_step(tokens, ...): one new position, not training."""
+    """Whether `decode_step` computes model.decode_step(tokens, ...) for a model that `fits`: one new position, not training."""
     return tokens.size(1) == 1 and not model.training
 
 
@@ -34,7 +49,7 @@ def decode_step(model: Transformer, tokens: Tensor, memory_kv: list[KeyValue], s
     """tokens (N, 1) -> logits (N, V) of the next token; each cache is given the new position (§3.2.3)."""
     decoder = model.decoder
     y = decoder.embed(tokens[:, 0]) + decoder.positions(1, caches[0].length)  # (N, D)
-    for layer, kv, cache in zip(decoder.layers, memory_kv, caches):
+    for layer, kv, cache in zip(decoder.layers, memory_kv, caches, strict=True):
         y = layer_step(layer, y, kv, src_mask, cache)
     return model.project(y)
 

@@ -53,6 +53,7 @@ class TransformerStep:
         self.bos_id, self.eos_id, self.pad_id = cfg.bos_id, cfg.eos_id, cfg.pad_id
         self.banned = tuple(sorted({cfg.pad_id, cfg.bos_id}))
         self.max_len = cfg.max_len
+        self.lean = layer_step.fits(model)  # a step without training's wrappers, where it computes the same
 
     def start(self, src: Tensor, capacity: int = 64) -> DecoderState:
         """Run the encoder once: src (B, S) -> the decoder's state before any target token.
@@ -105,7 +106,7 @@ class TransformerStep:
         with `layout.for_decoding`'s projection that is a buffer the next step overwrites.
         """
         state = cache.take()
-        if layer_step.applies(self.model, tokens):  # the same maths without training's wrappers
+        if self.lean and layer_step.applies(self.model, tokens):  # the same maths without training's wrappers
             logits = layer_step.decode_step(self.model, tokens, state.memory_kv, state.src_mask, state.caches)  # (N, V)
         else:
             logits = self.model.decode_step(tokens, state.memory_kv, state.src_mask, state.caches)
