@@ -15,6 +15,7 @@ from aiayn import ONEDNN_CACHE_ENTRIES, ModelConfig, Transformer
 from aiayn.data.corpus import read_lines
 from aiayn.decode import backend, gemv
 from aiayn.decode.packed import pack_float32
+from aiayn.decode.step import TransformerStep
 from aiayn.decode.translate import Translator
 from aiayn.decode.vocabulary import PackedProjection
 from aiayn.io import save_model
@@ -42,6 +43,7 @@ def test_each_backend_forced_gives_the_same_translations_and_logits(model_dir, m
     sentences = read_lines(DATA / "test_2016_flickr.en.gz")[:40]
     translators = {name: Translator.load(model_dir, gemm=name) for name in BACKENDS}
     assert {name: t.gemm for name, t in translators.items()} == {name: name for name in BACKENDS}
+    assert all(TransformerStep(t.model).lean for t in translators.values())  # a step without training's wrappers
     assert type(translators["onednn"].model.output_proj) is backend.OneDnnProjection
     assert type(translators["onednn"].model.encoder.layers[0].ffn.fc1) is backend.OneDnnLinear
     for name in ("mkl+packed", "onednn+packed"):  # the vocabulary held once, packed: the embeddings read it

@@ -50,6 +50,7 @@ def test_the_step_without_wrappers_gives_the_models_logits(gemm, hypotheses):
         quantize_int8(model)
     elif gemm is not None:
         for_decoding(model, gemm)
+    assert TransformerStep(model).lean  # the modules decode/ puts in place do not keep a step from it
     src = torch.randint(4, 40, (2, 7))
     src[1, 4:] = cfg.pad_id  # a padded source: the encoder-decoder attention's mask matters
     tokens = torch.randint(4, 40, (2 * hypotheses, 6))

@@ -189,6 +189,9 @@ def test_int8_translator_loads_mapped_weights_into_the_same_model(model_dir):
         expected = quantize_int8(load_model(model_dir))(src, tgt)
         translator = Translator.load(model_dir, int8=True)
         assert torch.equal(translator.model(src, tgt), expected)
+    from aiayn.decode.step import TransformerStep
+
+    assert TransformerStep(translator.model).lean  # its steps without training's wrappers (decode/layer_step.py)
     gc.collect()
     maps = Path("/proc/self/maps")  # Linux: the file is unmapped once no tensor of the model views it
     assert not maps.exists() or str(model_dir / "model.safetensors") not in maps.read_text()

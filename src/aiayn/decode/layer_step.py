@@ -27,16 +27,17 @@ from ..model.transformer import Decoder
 
 def fits(model: Transformer) -> bool:
     """Whether model's decoder is made of exactly the modules whose forward `decode_step` repeats (Decoder,
-    DecoderLayer, MultiHeadAttention, FeedForward, LayerNorm), with no hooks on them and none of them training.
-    The modules it calls (products, attentions, embeddings) may be any; checked once per step model."""
+    DecoderLayer, MultiHeadAttention, FeedForward, LayerNorm), with no hooks on them, and none of them or the
+    dropouts it skips training. The modules it calls (products, attentions, embeddings) may be any, and run
+    as they are; checked once per step model."""
     decoder = model.decoder
-    expected = [(decoder, Decoder)]
+    expected = [(decoder, Decoder), (decoder.dropout, nn.Dropout)]
     for layer in decoder.layers:
-        expected += [(layer, DecoderLayer), (layer.self_attn, MultiHeadAttention), (layer.cross_attn, MultiHeadAttention),
-                     (layer.ffn, FeedForward)]
+        expected += [(layer, DecoderLayer), (layer.dropout, nn.Dropout), (layer.self_attn, MultiHeadAttention),
+                     (layer.cross_attn, MultiHeadAttention), (layer.ffn, FeedForward), (layer.ffn.dropout, nn.Dropout)]
         expected += [(norm, nn.LayerNorm) for norm in (layer.self_attn_layer_norm, layer.cross_attn_layer_norm, layer.final_layer_norm)]
-    return (all(type(module) is kind and not module._forward_hooks and not module._forward_pre_hooks for module, kind in expected)
-            and not any(module.training for module in decoder.modules()))
+    return all(type(module) is kind and not module.training and not module._forward_hooks and not module._forward_pre_hooks
+               for module, kind in expected)
 
 
 def applies(model: Transformer, tokens: Tensor) -> bool:
