@@ -80,3 +80,20 @@ def test_the_search_takes_it_at_one_new_position_outside_training(monkeypatch):
     with torch.inference_mode():
         step.step(torch.full((2, 1), model.config.bos_id), step.start(torch.randint(4, 30, (2, 5))))
     assert len(calls) == 1
+
+
+@pytest.mark.parametrize("gemm", ["int8"] + BACKENDS)
+def test_a_model_made_ready_to_decode_has_no_module_left_training(gemm):
+    """New modules are made in training mode: attention dropout (p_attn_drop) would run while translating."""
+    torch.manual_seed(0)
+    model = Transformer(ModelConfig.preset("tiny", vocab_size=40, p_attn_drop=0.5, p_ffn_drop=0.5)).eval()
+    src, tgt = torch.randint(4, 40, (2, 6)), torch.randint(4, 40, (2, 5))
+    with torch.no_grad():
+        expected = model(src, tgt)
+    quantize_int8(model) if gemm == "int8" else for_decoding(model, gemm)
+    assert not [name for name, module in model.named_modules() if module.training]
+    with torch.no_grad():
+        first, second = model(src, tgt), model(src, tgt)
+    assert torch.equal(first, second)
+    if gemm != "int8":
+        torch.testing.assert_close(first, expected, atol=1e-4, rtol=1e-4)

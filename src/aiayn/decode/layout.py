@@ -78,7 +78,7 @@ def for_decoding(model: Transformer, gemm: str = "mkl", rows: int = 4, release: 
         attention = layer.cross_attn.attention
         if type(attention) is DotProductAttention:
             layer.cross_attn.attention = SourceAttention(attention.p_drop)
-    return model
+    return model.eval()  # the modules put in place too: a new module is made in training mode (attention dropout)
 
 
 def for_decoding_mapped(model: Transformer, gemm: str, rows: int, maps: MappedReads) -> str:

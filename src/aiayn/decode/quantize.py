@@ -135,7 +135,7 @@ def quantize_int8(model: Transformer, release: Callable[[], None] | None = None)
         for layer in (*model.encoder.layers, *model.decoder.layers):
             _quantize_linears(layer, release)
     gc.collect()
-    return model
+    return model.eval()  # the modules put in place too: a new module is made in training mode
 
 
 def _quantize_linears(module: nn.Module, release: Callable[[], None] | None) -> None:
