@@ -74,6 +74,13 @@ def test_the_search_takes_it_at_one_new_position_outside_training(monkeypatch):
     assert not layer_step.fits(model)
     handle.remove()
     assert layer_step.fits(model)
+    handle = torch.nn.modules.module.register_module_forward_hook(lambda *a: None)
+    assert not layer_step.fits(model)
+    handle.remove()
+    model.decoder.layers[0].ffn.forward = lambda x: x  # an instance's own forward, as accelerate's hooks set
+    assert not layer_step.fits(model)
+    del model.decoder.layers[0].ffn.forward
+    assert layer_step.fits(model)
     calls = []
     monkeypatch.setattr(layer_step, "decode_step", lambda *a: calls.append(a) or model.decode_step(*a[1:]))
     step = TransformerStep(model)

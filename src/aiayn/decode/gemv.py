@@ -56,7 +56,7 @@ def _libgomp() -> str | None:
     Other wheels ship a libgomp of their own (SentencePiece's is `sentencepiece.libs/libgomp-<hash>.so`), and a
     process that imports them has several loaded. PyTorch's is the one its own library resolves OpenMP's calls
     to (`_openmp_of`); where that cannot be asked, the one inside PyTorch's folders (`torch/lib`, `torch.libs`),
-    else the first mapped. A PyTorch on another OpenMP (Intel's or LLVM's) gets None."""
+    else the only one loaded. A PyTorch on another OpenMP (Intel's or LLVM's) gets None."""
     loaded = []
     for line in Path("/proc/self/maps").read_text(errors="replace").splitlines():
         fields = line.split(maxsplit=5)  # address, perms, offset, device, inode, path
@@ -70,7 +70,7 @@ def _libgomp() -> str | None:
     gomps = [p for p in loaded if os.path.basename(p).startswith("libgomp")]
     torch_folder = os.path.dirname(os.path.realpath(torch.__file__))
     torchs = [p for p in gomps if os.path.realpath(p).startswith((torch_folder + os.sep, torch_folder + ".libs" + os.sep))]
-    return (torchs or gomps or [None])[0]
+    return torchs[0] if torchs else gomps[0] if len(gomps) == 1 else None
 
 
 class _DlInfo(ctypes.Structure):
@@ -79,11 +79,15 @@ class _DlInfo(ctypes.Structure):
 
 
 def _openmp_of(library: str) -> str | None:
-    """The file that `omp_get_max_threads` resolves to from library (already loaded): looked up through its own
-    handle, which searches what it was linked against, then named by dladdr. None where that cannot be asked."""
+    """The file that `omp_get_max_threads` resolves to for library (already loaded), looked up in the order the
+    dynamic linker binds it: the process's global scope, then library's own dependencies; named by dladdr.
+    None where that cannot be asked."""
     try:
-        handle = ctypes.CDLL(library, mode=os.RTLD_NOLOAD | os.RTLD_LAZY)
-        address = ctypes.cast(handle.omp_get_max_threads, ctypes.c_void_p).value
+        try:  # as the dynamic linker binds library's calls: the global scope first (LD_PRELOAD, RTLD_GLOBAL libraries)
+            address = ctypes.cast(ctypes.CDLL(None).omp_get_max_threads, ctypes.c_void_p).value
+        except AttributeError:  # then what library itself was linked against
+            handle = ctypes.CDLL(library, mode=os.RTLD_NOLOAD | os.RTLD_LAZY)
+            address = ctypes.cast(handle.omp_get_max_threads, ctypes.c_void_p).value
         dladdr = ctypes.CDLL(None).dladdr
         dladdr.argtypes, dladdr.restype = [ctypes.c_void_p, ctypes.POINTER(_DlInfo)], ctypes.c_int
         info = _DlInfo()

@@ -27,8 +27,8 @@ from ..model.transformer import Decoder
 
 def fits(model: Transformer) -> bool:
     """Whether model's decoder is made of exactly the modules whose forward `decode_step` repeats (Decoder,
-    DecoderLayer, MultiHeadAttention, FeedForward, LayerNorm), with no hooks on them, and none of them or the
-    dropouts it skips training. The modules it calls (products, attentions, embeddings) may be any, and run
+    DecoderLayer, MultiHeadAttention, FeedForward, LayerNorm), with no hooks on them (nor global ones) and no
+    forward of their own, and none of them or the dropouts it skips training. The modules it calls (products, attentions, embeddings) may be any, and run
     as they are; checked once per step model."""
     decoder = model.decoder
     expected = [(decoder, Decoder), (decoder.dropout, nn.Dropout)]
@@ -36,8 +36,10 @@ def fits(model: Transformer) -> bool:
         expected += [(layer, DecoderLayer), (layer.dropout, nn.Dropout), (layer.self_attn, MultiHeadAttention),
                      (layer.cross_attn, MultiHeadAttention), (layer.ffn, FeedForward), (layer.ffn.dropout, nn.Dropout)]
         expected += [(norm, nn.LayerNorm) for norm in (layer.self_attn_layer_norm, layer.cross_attn_layer_norm, layer.final_layer_norm)]
-    return all(type(module) is kind and not module.training and not module._forward_hooks and not module._forward_pre_hooks
-               for module, kind in expected)
+    if nn.modules.module._global_forward_hooks or nn.modules.module._global_forward_pre_hooks:
+        return False  # hooks on every module (torch.nn.modules.module.register_module_forward_hook)
+    return all(type(module) is kind and "forward" not in vars(module) and not module.training
+               and not module._forward_hooks and not module._forward_pre_hooks for module, kind in expected)
 
 
 def applies(model: Transformer, tokens: Tensor) -> bool:
