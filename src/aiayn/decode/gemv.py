@@ -252,10 +252,9 @@ class GemvLinear(nn.Module):
             from .backend import onednn_linear
 
             return onednn_linear(x, weight, bias)
-        if x.dim() == 2 and x.is_contiguous():  # a step's (N, D) rows (`layer_step`), as they are
-            return _multiply(x, weight, bias, torch.empty(rows, self.out_features))
-        flat = x.reshape(rows, K).contiguous()  # (M, K)
-        return _multiply(flat, weight, bias, torch.empty(rows, self.out_features)).view(*x.shape[:-1], self.out_features)
+        flat = x if x.dim() == 2 else x.reshape(rows, K)  # (M, K): a step's rows (`layer_step`) as they are
+        out = _multiply(flat.contiguous(), weight, bias, torch.empty(rows, self.out_features))
+        return out if x.dim() == 2 else out.view(*x.shape[:-1], self.out_features)
 
 
 class GemvProjection(BufferedProjection):

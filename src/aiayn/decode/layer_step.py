@@ -28,8 +28,8 @@ from ..model.transformer import Decoder
 def fits(model: Transformer) -> bool:
     """Whether model's decoder is made of exactly the modules whose forward `decode_step` repeats (Decoder,
     DecoderLayer, MultiHeadAttention, FeedForward, LayerNorm), with no hooks on them (nor global ones) and no
-    forward of their own, and none of them or the dropouts it skips training. The modules it calls (products, attentions, embeddings) may be any, and run
-    as they are; checked once per step model."""
+    forward of their own, and none of them or the dropouts it skips training. The modules it calls (products,
+    attentions, embeddings) may be any, and run as they are; checked once per step model."""
     decoder = model.decoder
     expected = [(decoder, Decoder), (decoder.dropout, nn.Dropout)]
     for layer in decoder.layers:

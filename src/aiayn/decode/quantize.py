@@ -119,7 +119,6 @@ def quantize_int8(model: Transformer, release: Callable[[], None] | None = None)
     """
     if next(model.parameters()).device.type != "cpu":
         raise ValueError("int8 weights run on the CPU only")
-    model.eval()
     tables: dict[int, Int8Vocabulary] = {}  # a shared embedding matrix becomes one int8 table
     for stack in (model.encoder, model.decoder):
         embed = stack.embed
