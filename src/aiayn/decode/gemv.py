@@ -98,15 +98,15 @@ def _openmp_of(library: str) -> str | None:
         return None
 
 
-def _key(compiler: str, flags: list[str]) -> str:
-    """A hash of what the built library depends on: the source, the compiler, its flags, the CPU."""
+def _key(source: Path, compiler: str, flags: list[str]) -> str:
+    """A hash of what a built library depends on: its source, the compiler, its flags, the CPU."""
     version = subprocess.run([compiler, "--version"], capture_output=True, text=True, errors="replace", timeout=30).stdout
     try:
         cpu = "".join(line for line in Path("/proc/cpuinfo").read_text().splitlines()
                       if line.startswith(("model name", "flags")))  # -march=native builds for this CPU
     except OSError:
         cpu = platform.processor()
-    parts = [SOURCE.read_bytes(), version.encode(), " ".join(flags).encode(), platform.machine().encode(), cpu.encode()]
+    parts = [source.read_bytes(), version.encode(), " ".join(flags).encode(), platform.machine().encode(), cpu.encode()]
     return hashlib.sha256(b"\0".join(parts)).hexdigest()[:20]
 
 
@@ -128,8 +128,8 @@ def _trusted_path(folder: Path) -> bool:
     return True
 
 
-def _build(compiler: str, flags: list[str], link: list[str], folder: Path, name: str) -> Path:
-    """The library built into folder/name (written whole: a temporary file, then renamed)."""
+def _build(source: Path, compiler: str, flags: list[str], link: list[str], folder: Path, name: str) -> Path:
+    """source's library built into folder/name (written whole: a temporary file, then renamed)."""
     folder.mkdir(mode=0o700, parents=True, exist_ok=True)
     if not _private(folder) or not _trusted_path(folder):
         raise OSError(f"{folder} is not this user's alone (another user owns it, or could write to it or a folder "
@@ -139,7 +139,7 @@ def _build(compiler: str, flags: list[str], link: list[str], folder: Path, name:
         return target
     scratch = temporary_beside(target)
     try:
-        command = [compiler, *flags, str(SOURCE), "-o", str(scratch), *link]
+        command = [compiler, *flags, str(source), "-o", str(scratch), *link]
         done = subprocess.run(command, capture_output=True, text=True, errors="replace", timeout=120)
         if done.returncode != 0:
             raise OSError(f"{compiler} failed: {(done.stderr or done.stdout).strip().splitlines()[-1:]}")
@@ -150,9 +150,10 @@ def _build(compiler: str, flags: list[str], link: list[str], folder: Path, name:
     return target
 
 
-@functools.lru_cache(maxsize=1)
-def _load() -> tuple[object | None, str | None]:
-    """(the C function, None), or (None, why not)."""
+@functools.lru_cache(maxsize=None)
+def build(source: Path, symbol: str) -> tuple[object | None, str | None]:
+    """(the C function symbol of source, built and loaded as this module's docstring says, None), or (None, why
+    not). The caller sets its argument types and checks it against PyTorch before it uses it."""
     if platform.system() != "Linux":
         return None, "built only on Linux"
     compiler = os.environ.get("CC") or "cc"
@@ -164,10 +165,18 @@ def _load() -> tuple[object | None, str | None]:
         # -lgomp out: the system's libgomp beside PyTorch's would be a second runtime), and libc.
         flags = FLAGS + (["-fopenmp", "-nodefaultlibs"] if gomp else [])
         link = [gomp, "-lc"] if gomp else []
-        path = _build(compiler, flags, link, cache_folder(), f"gemv-{_key(compiler, flags + link)}.so")
-        function = getattr(ctypes.CDLL(str(path)), SYMBOL)
+        path = _build(source, compiler, flags, link, cache_folder(), f"{source.stem}-{_key(source, compiler, flags + link)}.so")
+        return getattr(ctypes.CDLL(str(path)), symbol), None
     except Exception as err:  # optional: whatever goes wrong, decoding goes on without it, and says why
-        return None, f"could not build {SOURCE.name}: {err}"
+        return None, f"could not build {source.name}: {err}"
+
+
+@functools.lru_cache(maxsize=1)
+def _load() -> tuple[object | None, str | None]:
+    """(the C product, None), or (None, why not)."""
+    function, why = build(SOURCE, SYMBOL)
+    if function is None:
+        return None, why
     function.argtypes = [ctypes.c_void_p] * 4 + [ctypes.c_long] * 3 + [ctypes.c_int]
     function.restype = None
     generator = torch.Generator().manual_seed(0)

@@ -62,9 +62,14 @@ def layer_step(layer: DecoderLayer, y: Tensor, memory_kv: KeyValue, src_mask: Te
     N, _ = y.shape
     attn = layer.self_attn
     h, d_k, d_v = attn.heads, attn.d_k, attn.d_v
-    kv = cache.append(KeyValue(attn.k_proj(y).view(N, h, 1, d_k), attn.v_proj(y).view(N, h, 1, d_v)))  # (N, h, t, d)
-    out, _ = attn.attention(attn.q_proj(y).view(N, h, 1, d_k), kv.k, kv.v, None)  # (N, h, 1, d_v)
-    y = add_norm(y, attn.out_proj(out.reshape(N, h * d_v)), layer.self_attn_layer_norm)
+    new = KeyValue(attn.k_proj(y).view(N, h, 1, d_k), attn.v_proj(y).view(N, h, 1, d_v))
+    q = attn.q_proj(y).view(N, h, d_k)
+    if getattr(cache, "table", None) is not None:  # the kernel reads the cache through its row table (`attend.py`)
+        out = cache.attend(q, new)  # (N, h * d_v)
+    else:
+        kv = cache.append(new)  # (N, h, t, d)
+        out = attn.attention(q[:, :, None], kv.k, kv.v, None)[0].reshape(N, h * d_v)
+    y = add_norm(y, attn.out_proj(out), layer.self_attn_layer_norm)
     # Encoder-decoder attention: the K hypotheses of a sentence attend as K query positions of its source.
     attn = layer.cross_attn
     B = memory_kv.k.size(0)

@@ -29,24 +29,57 @@ class UsedState(RuntimeError):
     """A decoding state was used again after `step` or `index_select` handed its buffers on."""
 
 
+class RowTable:
+    """Which buffer row holds each hypothesis's keys and values at each position, for every layer at once.
+
+    rows[j, n] is the row of the buffers where hypothesis n's position j was written. A new position is
+    written at row n (rows[t, n] = n); reordering hypotheses gathers the first t positions of the table
+    (t x N integers) instead of copying t x N x h x d floats per buffer, and `attend.attend` reads
+    through it. The live hypotheses are the first N of the R columns.
+    """
+
+    def __init__(self, capacity: int, R: int, device: torch.device):
+        self.rows = torch.arange(R, device=device).repeat(capacity, 1)  # (capacity, R), every row in place
+
+    @property
+    def width(self) -> int:
+        """R, the buffers' rows: at most this many hypotheses."""
+        return self.rows.size(1)
+
+    def grow(self, capacity: int) -> None:
+        """Room for capacity positions (new positions' rows in place)."""
+        if capacity > self.rows.size(0):
+            more = torch.arange(self.width, device=self.rows.device).repeat(capacity - self.rows.size(0), 1)
+            self.rows = torch.cat([self.rows, more])
+
+    def reorder(self, t: int, rows: Tensor) -> None:
+        """Hypothesis n' is now old hypothesis rows[n'] (N' <= R), in its first t positions."""
+        self.rows[:t, : len(rows)] = self.rows[:t].index_select(1, rows)
+
+
 class KVBuffer:
     """One decoder layer's self-attention keys and values of the positions so far, written in place.
 
-    The buffers are time-major, (capacity, N, h, d), so positions 0..t-1 form one contiguous block:
-    appending writes one slab and reordering hypotheses copies only the filled block. The capacity
-    doubles when full (a GPU commits all it allocates; on a CPU, pages past t are never touched).
+    The buffers are time-major, (capacity, R, h, d), so positions 0..t-1 form one contiguous block:
+    appending writes one slab, and with no `table` reordering hypotheses copies only the filled block.
+    With a table (`RowTable`, on CPUs where `attend.c` is built), reordering copies nothing, and
+    `attend` reads each hypothesis's rows through it. The capacity doubles when full (a GPU commits
+    all it allocates; on a CPU, pages past t are never touched).
     """
 
-    def __init__(self, k: Tensor, v: Tensor, length: int = 0):
-        self.k, self.v, self.length = k, v, length  # (capacity, N, h, d_k), (capacity, N, h, d_v)
+    def __init__(self, k: Tensor, v: Tensor, length: int = 0, table: RowTable | None = None, rows: int | None = None):
+        self.k, self.v, self.length = k, v, length  # (capacity, R, h, d_k), (capacity, R, h, d_v)
+        self.table = table
+        self.rows = k.size(1) if rows is None else rows  # N, the live hypotheses: the first N rows (with a table)
 
     @classmethod
-    def empty(cls, rows: int, heads: int, d_k: int, d_v: int, capacity: int, like: Tensor) -> KVBuffer:
+    def empty(cls, rows: int, heads: int, d_k: int, d_v: int, capacity: int, like: Tensor,
+              table: RowTable | None = None) -> KVBuffer:
         """A buffer for rows hypotheses, in like's dtype and device."""
-        return cls(like.new_empty(capacity, rows, heads, d_k), like.new_empty(capacity, rows, heads, d_v))
+        return cls(like.new_empty(capacity, rows, heads, d_k), like.new_empty(capacity, rows, heads, d_v), table=table)
 
-    def append(self, new: KeyValue) -> KeyValue:
-        """Write new (N, h, T, d) after the cached positions; return all of them, (N, h, t, d) views."""
+    def write(self, new: KeyValue) -> None:
+        """Write new (N, h, T, d) after the cached positions, in rows 0..N-1."""
         start, end = self.length, self.length + new.k.size(2)
         if end > self.k.size(0):  # grow by doubling
             capacity = max(end, 2 * self.k.size(0))
@@ -55,10 +88,30 @@ class KVBuffer:
                 grown = old.new_empty((capacity, *old.shape[1:]))
                 grown[:start] = old[:start]
                 setattr(self, name, grown)
-        self.k[start:end] = new.k.permute(2, 0, 1, 3)
-        self.v[start:end] = new.v.permute(2, 0, 1, 3)
-        self.length = end
-        return KeyValue(self.k[:end].permute(1, 2, 0, 3), self.v[:end].permute(1, 2, 0, 3))
+            if self.table is not None:
+                self.table.grow(capacity)
+        N = new.k.size(0)
+        self.k[start:end, :N] = new.k.permute(2, 0, 1, 3)
+        self.v[start:end, :N] = new.v.permute(2, 0, 1, 3)
+        self.length, self.rows = end, N
+
+    def append(self, new: KeyValue) -> KeyValue:
+        """Write new (N, h, T, d) after the cached positions; return all of them, (N, h, t, d): views, or
+        with a table, the rows gathered through it (a copy; `attend` reads them in place)."""
+        self.write(new)
+        t, N = self.length, self.rows
+        if self.table is None:
+            return KeyValue(self.k[:t].permute(1, 2, 0, 3), self.v[:t].permute(1, 2, 0, 3))
+        positions, rows = torch.arange(t, device=self.k.device)[:, None], self.table.rows[:t, :N]  # (t, 1), (t, N)
+        return KeyValue(self.k[positions, rows].permute(1, 2, 0, 3), self.v[positions, rows].permute(1, 2, 0, 3))
+
+    def attend(self, q: Tensor, new: KeyValue) -> Tensor:
+        """Write new (N, h, 1, d) and return eq. (1) for q (N, h, d_k) over every position so far: (N, h * d_v).
+        Needs a table (and `attend.kernel()`)."""
+        from . import attend
+
+        self.write(new)
+        return attend.attend(q, self.k, self.v, self.table.rows, self.length)
 
 
 @dataclass
@@ -82,7 +135,7 @@ class DecoderState:
     @property
     def rows(self) -> int:
         """Hypotheses (N = B x K)."""
-        return self.caches[0].k.size(1)
+        return self.caches[0].rows
 
     def take(self) -> DecoderState:
         """This state's contents for the next one; this state is used up (a second take raises)."""
@@ -95,15 +148,30 @@ class DecoderState:
         """Keep or reorder rows (reorder beams, drop finished sentences); this state is used up.
 
         rows (N',) are the hypotheses kept, in their new order; sentences (B',) the sentences kept,
-        in order (None: every sentence stays), which the encoder side follows. Each cache is copied
-        once, into the spare buffer, whose place the old buffer then takes.
+        in order (None: every sentence stays), which the encoder side follows. With a row table, the
+        table is reordered and no cache is copied (unless N' is more than the buffers' rows, as at a
+        beam search's first step: then they are copied once into buffers of N' rows). Without, each
+        cache is copied once, into the spare buffer, whose place the old buffer then takes.
         """
         state = self.take()
         memory_kv, src_mask = state.memory_kv, state.src_mask
         if sentences is not None:
             memory_kv = [kv.index_select(sentences) for kv in memory_kv]
             src_mask = src_mask.index_select(0, sentences)
-        t, spare, buffers = state.length, state.spare, []
+        t, table = state.length, state.caches[0].table
+        if table is not None and len(rows) <= table.width:
+            table.reorder(t, rows)
+            return DecoderState(src_mask, memory_kv, [KVBuffer(c.k, c.v, t, table, len(rows)) for c in state.caches])
+        if table is not None:  # more hypotheses than rows: each buffer copied once, through the table, into a wider one
+            positions, picked = torch.arange(t, device=rows.device)[:, None], table.rows[:t].index_select(1, rows)
+            table = RowTable(state.caches[0].k.size(0), len(rows), rows.device)
+            caches = []
+            for cache in state.caches:
+                k, v = (b.new_empty(b.size(0), len(rows), *b.shape[2:]) for b in (cache.k, cache.v))
+                k[:t], v[:t] = cache.k[positions, picked], cache.v[positions, picked]
+                caches.append(KVBuffer(k, v, t, table))
+            return DecoderState(src_mask, memory_kv, caches)
+        spare, buffers = state.spare, []
         # Row j of position p sits at p * N + j of a (t * N, h * d) view: one row-wise select per
         # buffer instead of an index_select along dim 1 of (t, N, h, d) (docs/translation.md).
         flat = (torch.arange(t, device=rows.device)[:, None] * state.rows + rows).view(-1)  # (t * N',)
