@@ -104,3 +104,38 @@ def test_a_model_made_ready_to_decode_has_no_module_left_training(gemm):
     assert torch.equal(first, second)
     if gemm != "int8":
         torch.testing.assert_close(first, expected, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("gemm", [None, "int8"] + BACKENDS)
+def test_the_activation_runs_in_place_only_on_a_product_of_its_own(gemm, monkeypatch):
+    """W_1's output is activated in place where the module that made it is one of those whose outputs are their
+    own (saving a fresh (N, d_ff) tensor); a module of the user's, which might keep its output, gets a new one."""
+    torch.manual_seed(0)
+    model = Transformer(ModelConfig.preset("tiny", vocab_size=40, activation="swish")).eval()
+    if gemm == "int8":
+        quantize_int8(model)
+    elif gemm is not None:
+        for_decoding(model, gemm)
+    in_place = []
+    swish = model.decoder.layers[0].ffn.activation
+    monkeypatch.setitem(layer_step.IN_PLACE, swish, lambda x: in_place.append(x) or torch.nn.functional.silu(x, inplace=True))
+
+    class Keeping(torch.nn.Module):  # keeps what it returns
+        def __init__(self, linear):
+            super().__init__()
+            self.linear, self.kept = linear, []
+
+        def forward(self, x):
+            out = self.linear(x)
+            self.kept.append((x.clone(), out))
+            return out
+
+    ffn = model.decoder.layers[1].ffn
+    ffn.fc1 = Keeping(ffn.fc1)
+    src, tokens = torch.randint(4, 40, (2, 7)), torch.randint(4, 40, (2, 3))
+    model_logits, lean_logits = steps_both_ways(model, src, tokens, 1)
+    assert (model_logits - lean_logits).abs().max().item() <= 1e-5
+    assert len(in_place) == 3 * (len(model.decoder.layers) - 1)  # every step, every layer but the user's
+    with torch.inference_mode():
+        for x, out in ffn.fc1.kept:
+            assert torch.equal(out, ffn.fc1.linear(x))  # the user's module's output was left as it returned it

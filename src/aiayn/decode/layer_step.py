@@ -18,11 +18,20 @@ from collections.abc import Sequence
 
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.ao.nn.quantized import dynamic as quantized
 
 from ..model import KeyValue, Transformer
 from ..model.attention import MultiHeadAttention, SelfAttentionCache
 from ..model.layers import DecoderLayer, FeedForward
 from ..model.transformer import Decoder
+from .backend import OneDnnLinear
+from .gemv import GemvLinear
+
+# The FFN's activation in place, where it has an in-place form (relu, swish) and W_1's product returns a tensor of
+# its own (these modules do): a fresh (N, d_ff) tensor cost more than the activation itself at beam 4, batch 32
+# (docs/translation.md, "The FFN's activation in place").
+IN_PLACE = {F.relu: F.relu_, F.silu: lambda x: F.silu(x, inplace=True)}
+OWN_OUTPUT = (nn.Linear, OneDnnLinear, GemvLinear, quantized.Linear)
 
 
 def fits(model: Transformer) -> bool:
@@ -77,7 +86,8 @@ def layer_step(layer: DecoderLayer, y: Tensor, memory_kv: KeyValue, src_mask: Te
     out, _ = attn.attention(q, memory_kv.k, memory_kv.v, src_mask)  # (B, h, K, d_v)
     y = add_norm(y, attn.out_proj(out.transpose(1, 2).reshape(N, h * d_v)), layer.cross_attn_layer_norm)
     ffn = layer.ffn
-    return add_norm(y, ffn.fc2(ffn.activation(ffn.fc1(y))), layer.final_layer_norm)  # eq. (2)
+    activation = IN_PLACE.get(ffn.activation, ffn.activation) if type(ffn.fc1) in OWN_OUTPUT else ffn.activation
+    return add_norm(y, ffn.fc2(activation(ffn.fc1(y))), layer.final_layer_norm)  # eq. (2)
 
 
 def add_norm(y: Tensor, sublayer: Tensor, norm: nn.LayerNorm) -> Tensor:
