@@ -1,5 +1,6 @@
 """decode/attend.py and the row table of decode/state.py: beams reordered without copying the caches decode exactly
-as with the copies, and the kernel is eq. (1) through the table."""
+as with the copies; the self-attention kernel is eq. (1) through the table, the encoder-decoder one eq. (1) over
+each sentence's unpadded source."""
 
 from __future__ import annotations
 
@@ -39,11 +40,30 @@ def test_the_kernel_is_pytorchs_attention_over_the_rows_the_table_names(N, R, h,
     assert torch.allclose(got.view(N, h, d_v)[n, c], weights @ values, atol=1e-5)
 
 
+@pytest.mark.parametrize("B, K, S", [(1, 1, 1), (1, 4, 20), (5, 3, 9), (32, 1, 41), (4, 4, 33)])
+def test_the_source_kernel_is_pytorchs_attention_over_the_unpadded_positions(B, K, S):
+    h, d_k, d_v = 8, 64, 48
+    q, k, v = torch.randn(B * K, h, d_k), torch.randn(B, h, S, d_k), torch.randn(B, h, S, d_v)
+    mask = (torch.arange(S) < torch.randint(1, S + 1, (B, 1)))[:, None, None, :]  # (B, 1, 1, S), each at least one
+    v_padding = v.masked_fill(~mask.view(B, 1, S, 1), float("nan"))  # what padded positions hold must not matter
+    got = attend.source(q, k, v_padding, mask)
+    assert got.shape == (B * K, h * d_v)
+    assert (got - attend.source_reference(q, k, v, mask)).abs().max() < 1e-5
+    # the sentence's own keys for each of its K hypotheses: sentence b's rows are b * K .. b * K + K - 1
+    b, i, c = B - 1, K - 1, 0
+    length = int(mask[b].sum())
+    weights = (k[b, c, :length] @ q[b * K + i, c] / d_k**0.5).softmax(0)
+    assert torch.allclose(got.view(B * K, h, d_v)[b * K + i, c], weights @ v[b, c, :length], atol=1e-5)
+    assert torch.equal(attend.source(q, k, v, None), attend.source(q, k, v, torch.ones(B, 1, 1, S, dtype=torch.bool)))
+    with pytest.raises(ValueError, match="do not go together"):
+        attend.source(q, k, v, mask[:, :, :, :-1])
+
+
 def copy_and_table(model: Transformer) -> tuple[TransformerStep, TransformerStep]:
     """Two step models of one model: one copies the caches on reordering, one reads them through its row table."""
     copying, through_table = TransformerStep(model), TransformerStep(model)
-    copying._through_table = False
-    assert through_table.through_table(torch.empty(0)), attend.why_not()
+    copying._own_attention = False
+    assert through_table.own_attention(torch.empty(0)), attend.why_not()
     return copying, through_table
 
 
@@ -57,6 +77,7 @@ def test_reordering_through_the_table_gives_the_copies_log_probabilities(int8):
         quantize_int8(model)
     copying, through_table = copy_and_table(model)
     src = torch.randint(4, 50, (3, 6))
+    src[1, 3:] = model.config.pad_id  # a padded source: the encoder-decoder attention's mask matters
     generator = torch.Generator().manual_seed(1)
     with torch.inference_mode():
         states = [copying.start(src), through_table.start(src)]
@@ -76,6 +97,7 @@ def test_searches_find_the_same_hypotheses_either_way():
     torch.manual_seed(0)
     model = Transformer(ModelConfig.preset("tiny", vocab_size=40)).eval()
     src = torch.randint(4, 40, (5, 7))
+    src[2, 4:] = model.config.pad_id
     copying, through_table = copy_and_table(model)
     for search, config in ((beam_search, DecodeConfig(beam_size=4, max_len=12, n_best=2)),
                            (greedy_hypotheses, DecodeConfig(beam_size=1, max_len=12))):
@@ -106,13 +128,16 @@ def test_other_attention_modules_or_no_kernel_keep_the_copies(monkeypatch):
         pass
 
     model.decoder.layers[1].self_attn.attention = Scaled().eval()  # a module of the user's own: it runs as it is
-    assert not TransformerStep(model).through_table(memory)
+    assert not TransformerStep(model).own_attention(memory)
     model = Transformer(ModelConfig.preset("tiny", vocab_size=40)).eval()
-    assert TransformerStep(model).through_table(memory)
-    assert not TransformerStep(model).through_table(memory.double())  # float32 only
+    model.decoder.layers[0].cross_attn.attention.register_forward_hook(lambda *a: None)
+    assert not TransformerStep(model).own_attention(memory)
+    model = Transformer(ModelConfig.preset("tiny", vocab_size=40)).eval()
+    assert TransformerStep(model).own_attention(memory)
+    assert not TransformerStep(model).own_attention(memory.double())  # float32 only
     monkeypatch.setattr(attend, "kernel", lambda: None)
     step = TransformerStep(model)
-    assert not step.through_table(memory)
+    assert not step.own_attention(memory)
     with torch.inference_mode():
         assert step.start(torch.randint(4, 40, (2, 5))).caches[0].table is None
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import math
+import platform
 from pathlib import Path
 
 import torch
@@ -20,42 +21,55 @@ from torch import Tensor, nn
 
 from ..model import DotProductAttention
 from . import gemv
-from .attention import OneQueryAttention
+from .attention import OneQueryAttention, SourceAttention
 
 SOURCE = Path(__file__).with_name("attend.c")
-SYMBOL = "aiayn_attend_f32"
+SYMBOLS = ("aiayn_attend_f32", "aiayn_source_attend_f32")
+# libm, and on x86-64 glibc's vector maths (libmvec: the softmax's exp, 16 at a time with AVX-512)
+LIBRARIES = ("-lmvec", "-lm") if platform.machine() in ("x86_64", "AMD64") else ("-lm",)
 
 
 @functools.lru_cache(maxsize=1)
-def _load() -> tuple[object | None, str | None]:
-    """(the C kernel, None), or (None, why not)."""
-    function, why = gemv.build(SOURCE, SYMBOL)
-    if function is None:
-        return None, why
-    function.argtypes = [ctypes.c_void_p] * 6 + [ctypes.c_long] * 6 + [ctypes.c_float, ctypes.c_int]
-    function.restype = None
+def _load() -> tuple[tuple | None, str | None]:
+    """((self-attention kernel, encoder-decoder attention kernel), None), or (None, why not)."""
+    functions = []
+    for symbol in SYMBOLS:
+        function, why = gemv.build(SOURCE, symbol, LIBRARIES)
+        if function is None:
+            return None, why
+        function.restype = None
+        functions.append(function)
+    functions[0].argtypes = [ctypes.c_void_p] * 6 + [ctypes.c_long] * 6 + [ctypes.c_float, ctypes.c_int]
+    functions[1].argtypes = [ctypes.c_void_p] * 6 + [ctypes.c_long] * 6 + [ctypes.c_float, ctypes.c_int]
     generator = torch.Generator().manual_seed(0)
     for N, R, h, t, d_k, d_v in ((1, 1, 1, 1, 8, 8), (3, 5, 2, 7, 16, 24), (4, 4, 3, 33, 9, 5)):  # odd shapes
         k, v = torch.randn(t + 2, R, h, d_k, generator=generator), torch.randn(t + 2, R, h, d_v, generator=generator)
         table = torch.randint(0, R, (t + 2, R), generator=generator)
         q = torch.randn(N, h, d_k, generator=generator)
-        if not torch.allclose(_call(function, q, k, v, table, t, N), reference(q, k, v, table, t), atol=1e-5, rtol=1e-4):
+        if not torch.allclose(_self(functions[0], q, k, v, table, t), reference(q, k, v, table, t), atol=1e-5, rtol=1e-4):
             return None, f"{SOURCE.name} disagreed with PyTorch's attention on a check (N={N}, h={h}, t={t})"
-    return function, None
+    for B, K, h, S, d_k, d_v in ((1, 1, 1, 1, 8, 8), (3, 2, 2, 9, 16, 24), (2, 4, 3, 33, 9, 5)):
+        q = torch.randn(B * K, h, d_k, generator=generator)
+        k, v = torch.randn(B, h, S, d_k, generator=generator), torch.randn(B, h, S, d_v, generator=generator)
+        mask = torch.arange(S) < torch.randint(1, S + 1, (B, 1), generator=generator)  # (B, S), at least one True
+        if not torch.allclose(_source(functions[1], q, k, v, mask), source_reference(q, k, v, mask), atol=1e-5, rtol=1e-4):
+            return None, f"{SOURCE.name} disagreed with PyTorch's attention on a check (B={B}, K={K}, S={S})"
+    return tuple(functions), None
 
 
 def kernel():
-    """The built kernel, or None: see `why_not`."""
+    """The built kernels (self-attention, encoder-decoder attention), or None: see `why_not`."""
     return _load()[0]
 
 
 def why_not() -> str | None:
-    """Why there is no kernel, or None where there is."""
+    """Why there are no kernels, or None where there are."""
     return _load()[1]
 
 
-def _call(function, q: Tensor, k: Tensor, v: Tensor, table: Tensor, t: int, N: int) -> Tensor:
-    """The C call, unchecked: q (N, h, d_k) contiguous; returns (N, h * d_v)."""
+def _self(function, q: Tensor, k: Tensor, v: Tensor, table: Tensor, t: int) -> Tensor:
+    """The self-attention call, unchecked: q (N, h, d_k) contiguous; returns (N, h * d_v)."""
+    N = q.size(0)
     _, R, h, d_k = k.shape
     d_v = v.size(-1)
     out, scores = torch.empty(N, h * d_v), torch.empty(N * h * t)
@@ -64,12 +78,33 @@ def _call(function, q: Tensor, k: Tensor, v: Tensor, table: Tensor, t: int, N: i
     return out
 
 
+def _source(function, q: Tensor, k: Tensor, v: Tensor, mask: Tensor) -> Tensor:
+    """The encoder-decoder call, unchecked: q (B * K, h, d_k), k, v, mask (B, S) bool, contiguous; (B * K, h * d_v)."""
+    B, h, S, d_k = k.shape
+    K, d_v = q.size(0) // B, v.size(-1)
+    out, scores = torch.empty(B * K, h * d_v), torch.empty(B * h * K * S)
+    function(q.data_ptr(), k.data_ptr(), v.data_ptr(), mask.data_ptr(), out.data_ptr(), scores.data_ptr(),
+             B, K, h, S, d_k, d_v, 1 / math.sqrt(d_k), torch.get_num_threads())
+    return out
+
+
 def attend(q: Tensor, k: Tensor, v: Tensor, table: Tensor, t: int) -> Tensor:
     """softmax(q K^T / sqrt(d_k)) V for each of q's N rows over positions 0..t-1 (eq. 1, §3.2.3), row n's keys and
     values at position j read from buffer row table[j, n]: q (N, h, d_k); k (capacity, R, h, d_k), v (capacity, R,
     h, d_v), table (capacity, R) int64, as `state.KVBuffer` keeps them. Returns (N, h * d_v). The caller
     (`state.KVBuffer.attend`) holds these shapes; the kernel reads no further than they say."""
-    return _call(_load()[0], q.contiguous(), k, v, table, t, q.size(0))
+    return _self(_load()[0][0], q.contiguous(), k, v, table, t)
+
+
+def source(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:
+    """Encoder-decoder attention at a step (eq. 1): the K hypotheses of each sentence (q (B * K, h, d_k), a
+    sentence's rows together) over its encoder keys and values k (B, h, S, d_k), v (B, h, S, d_v), float32 on the
+    CPU, where mask (B, 1, 1, S) is True (None: everywhere). Returns (B * K, h * d_v), rows as q's."""
+    B, _, S, _ = k.shape
+    mask = torch.ones(B, S, dtype=torch.bool) if mask is None else mask
+    if mask.shape != (B, 1, 1, S) and mask.shape != (B, S) or k.shape[0] != B or q.size(0) % B or not (k.is_contiguous() and v.is_contiguous()):
+        raise ValueError(f"attend.source: q {tuple(q.shape)}, keys {tuple(k.shape)}, mask {tuple(mask.shape)} do not go together")
+    return _source(_load()[0][1], q.contiguous(), k, v, mask.reshape(B, S).contiguous())
 
 
 def reference(q: Tensor, k: Tensor, v: Tensor, table: Tensor, t: int) -> Tensor:
@@ -81,8 +116,18 @@ def reference(q: Tensor, k: Tensor, v: Tensor, table: Tensor, t: int) -> Tensor:
     return F.scaled_dot_product_attention(q[:, :, None], keys, values).reshape(N, -1)
 
 
+def source_reference(q: Tensor, k: Tensor, v: Tensor, mask: Tensor) -> Tensor:
+    """`source` in PyTorch: (B * K, h * d_v)."""
+    B, h, _, _ = k.shape
+    N = q.size(0)
+    queries = q.view(B, N // B, h, -1).transpose(1, 2)  # (B, h, K, d_k)
+    out = F.scaled_dot_product_attention(queries, k, v, attn_mask=mask.view(B, 1, 1, -1))  # (B, h, K, d_v)
+    return out.transpose(1, 2).reshape(N, -1)
+
+
 def takes(attention: nn.Module) -> bool:
-    """Whether a layer's attention module computes plain eq. (1), so that the kernel may stand in for it: the
-    model's own or `attention.OneQueryAttention`, as they are (no subclass, hook or forward of its own), not training."""
-    return (type(attention) in (DotProductAttention, OneQueryAttention) and "forward" not in vars(attention)
+    """Whether a layer's attention module computes plain eq. (1), so that a kernel may stand in for it: the model's
+    own, `attention.OneQueryAttention` or `attention.SourceAttention`, as they are (no subclass, hook or forward of
+    its own), not training."""
+    return (type(attention) in (DotProductAttention, OneQueryAttention, SourceAttention) and "forward" not in vars(attention)
             and not attention.training and not attention._forward_hooks and not attention._forward_pre_hooks)

@@ -7,7 +7,8 @@ PyTorch's fused kernel, which sets up every (row, head) pair on its own: for sel
 rows on, for encoder-decoder attention from 2 queries a sentence (beam search) or 32 sentences
 (greedy). With fewer, the fused kernel is the faster and is kept. `for_decoding` puts these modules
 in place of the decoder's `DotProductAttention`s; the maths is eq. (1) either way
-(docs/translation.md has the measurements).
+(docs/translation.md has the measurements). Where aiayn's own kernels are built (`attend.py`), a step
+on the CPU runs those instead (`TransformerStep.own_attention`); these modules serve the rest.
 """
 
 from __future__ import annotations

@@ -151,9 +151,10 @@ def _build(source: Path, compiler: str, flags: list[str], link: list[str], folde
 
 
 @functools.lru_cache(maxsize=None)
-def build(source: Path, symbol: str) -> tuple[object | None, str | None]:
+def build(source: Path, symbol: str, libraries: tuple[str, ...] = ()) -> tuple[object | None, str | None]:
     """(the C function symbol of source, built and loaded as this module's docstring says, None), or (None, why
-    not). The caller sets its argument types and checks it against PyTorch before it uses it."""
+    not); libraries are linked too ("-lm"). The caller sets its argument types and checks it against PyTorch
+    before it uses it."""
     if platform.system() != "Linux":
         return None, "built only on Linux"
     compiler = os.environ.get("CC") or "cc"
@@ -164,7 +165,7 @@ def build(source: Path, symbol: str) -> tuple[object | None, str | None]:
         # With PyTorch's libgomp: compiled with -fopenmp, linked to that very file (-nodefaultlibs keeps gcc's own
         # -lgomp out: the system's libgomp beside PyTorch's would be a second runtime), and libc.
         flags = FLAGS + (["-fopenmp", "-nodefaultlibs"] if gomp else [])
-        link = [gomp, "-lc"] if gomp else []
+        link = [*libraries, *([gomp, "-lc"] if gomp else [])]
         path = _build(source, compiler, flags, link, cache_folder(), f"{source.stem}-{_key(source, compiler, flags + link)}.so")
         return getattr(ctypes.CDLL(str(path)), symbol), None
     except Exception as err:  # optional: whatever goes wrong, decoding goes on without it, and says why

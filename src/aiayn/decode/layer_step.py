@@ -24,6 +24,7 @@ from ..model import KeyValue, Transformer
 from ..model.attention import MultiHeadAttention, SelfAttentionCache
 from ..model.layers import DecoderLayer, FeedForward
 from ..model.transformer import Decoder
+from . import attend
 from .backend import OneDnnLinear
 from .gemv import GemvLinear
 
@@ -71,10 +72,12 @@ def layer_step(layer: DecoderLayer, y: Tensor, memory_kv: KeyValue, src_mask: Te
     N, _ = y.shape
     attn = layer.self_attn
     h, d_k, d_v = attn.heads, attn.d_k, attn.d_v
+    # A cache with a row table was made for aiayn's own attention kernels (`TransformerStep.own_attention`).
+    own = getattr(cache, "table", None) is not None
     new = KeyValue(attn.k_proj(y).view(N, h, 1, d_k), attn.v_proj(y).view(N, h, 1, d_v))
     q = attn.q_proj(y).view(N, h, d_k)
-    if getattr(cache, "table", None) is not None:  # the kernel reads the cache through its row table (`attend.py`)
-        out = cache.attend(q, new)  # (N, h * d_v)
+    if own:
+        out = cache.attend(q, new)  # (N, h * d_v), the cache read through its row table
     else:
         kv = cache.append(new)  # (N, h, t, d)
         out = attn.attention(q[:, :, None], kv.k, kv.v, None)[0].reshape(N, h * d_v)
@@ -82,9 +85,12 @@ def layer_step(layer: DecoderLayer, y: Tensor, memory_kv: KeyValue, src_mask: Te
     # Encoder-decoder attention: the K hypotheses of a sentence attend as K query positions of its source.
     attn = layer.cross_attn
     B = memory_kv.k.size(0)
-    q = attn.q_proj(y).view(B, N // B, h, d_k).transpose(1, 2)  # (B, h, K, d_k)
-    out, _ = attn.attention(q, memory_kv.k, memory_kv.v, src_mask)  # (B, h, K, d_v)
-    y = add_norm(y, attn.out_proj(out.transpose(1, 2).reshape(N, h * d_v)), layer.cross_attn_layer_norm)
+    if own:
+        out = attend.source(attn.q_proj(y).view(N, h, d_k), memory_kv.k, memory_kv.v, src_mask)  # (N, h * d_v)
+    else:
+        q = attn.q_proj(y).view(B, N // B, h, d_k).transpose(1, 2)  # (B, h, K, d_k)
+        out = attn.attention(q, memory_kv.k, memory_kv.v, src_mask)[0].transpose(1, 2).reshape(N, h * d_v)  # (B, h, K, d_v) -> (N, h * d_v)
+    y = add_norm(y, attn.out_proj(out), layer.cross_attn_layer_norm)
     ffn = layer.ffn
     activation = IN_PLACE.get(ffn.activation, ffn.activation) if type(ffn.fc1) in OWN_OUTPUT else ffn.activation
     return add_norm(y, ffn.fc2(activation(ffn.fc1(y))), layer.final_layer_norm)  # eq. (2)

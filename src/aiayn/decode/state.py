@@ -5,11 +5,11 @@
     state = state.index_select(rows, sentences)   # beams reordered, finished sentences dropped
 
 Ownership. A `DecoderState` owns its caches' buffers until it is passed on: `step` writes the new
-position into them and returns a new state that owns them from then on; `index_select` copies the
-kept rows into a spare buffer and returns a new state holding those. Either way the state passed in
-is used up, and touching it again raises `UsedState` instead of reading buffers that now belong to
-another state. The encoder keys/values (`memory_kv`) are never written after `start`, so states
-may share them.
+position into them and returns a new state that owns them from then on; `index_select` reorders the
+kept rows (through the `RowTable` where the state has one, else by copying them into a spare buffer)
+and returns a new state holding those. Either way the state passed in is used up, and touching it
+again raises `UsedState` instead of reading buffers that now belong to another state. The encoder
+keys/values (`memory_kv`) are never written after `start`, so states may share them.
 
 Dimension legend: B sentences, K hypotheses per sentence, N = B x K rows, h heads, S source length,
 t positions decoded so far.

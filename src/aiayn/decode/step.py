@@ -54,7 +54,7 @@ class TransformerStep:
         self.banned = tuple(sorted({cfg.pad_id, cfg.bos_id}))
         self.max_len = cfg.max_len
         self.lean = layer_step.fits(model)  # a step without training's wrappers, where it computes the same
-        self._through_table: bool | None = None  # whether its self-attention reads the caches through a row table
+        self._own_attention: bool | None = None  # whether its attention runs on attend.c (see own_attention)
 
     def start(self, src: Tensor, capacity: int = 64) -> DecoderState:
         """Run the encoder once: src (B, S) -> the decoder's state before any target token.
@@ -73,23 +73,24 @@ class TransformerStep:
             memory_kv[i] = KeyValue(*(t.contiguous() for t in memory_kv[i]))  # strided (`attention.SourceAttention`)
         shape = self.model.config.decoder
         capacity = min(capacity, self.max_len)
-        table = RowTable(capacity, src.size(0), memory.device) if self.through_table(memory) else None
+        table = RowTable(capacity, src.size(0), memory.device) if self.own_attention(memory) else None
         caches = [KVBuffer.empty(src.size(0), shape.heads, shape.d_k, shape.d_v, capacity, memory, table)
                   for _ in range(shape.layers)]
         del memory
         trim_heap()  # and what the encoder's activations freed, which the steps' small buffers would not reuse
         return DecoderState(src_mask, memory_kv, caches)
 
-    def through_table(self, memory: Tensor) -> bool:
-        """Whether the steps' self-attention reads the caches through a row table (`attend.py`), so that
-        reordering beams copies no cache: the lean step (`layer_step`), plain attention modules, float32 on
-        the CPU, and the kernel built (asked once per step model)."""
+    def own_attention(self, memory: Tensor) -> bool:
+        """Whether the steps' attention runs on aiayn's own kernels (`attend.py`): self-attention reading the caches
+        through a row table, so that reordering beams copies no cache, and encoder-decoder attention. That needs
+        the lean step (`layer_step`), plain attention modules, float32 on the CPU, and the kernels built (asked once
+        per step model). The state `start` makes says so: its caches hold a row table."""
         if memory.dtype != torch.float32 or memory.device.type != "cpu" or not self.lean:
             return False
-        if self._through_table is None:
-            layers = self.model.decoder.layers
-            self._through_table = all(attend.takes(layer.self_attn.attention) for layer in layers) and attend.kernel() is not None
-        return self._through_table
+        if self._own_attention is None:
+            modules = [m for layer in self.model.decoder.layers for m in (layer.self_attn.attention, layer.cross_attn.attention)]
+            self._own_attention = all(attend.takes(m) for m in modules) and attend.kernel() is not None
+        return self._own_attention
 
     def encode_by_length(self, src: Tensor, groups: int = 4) -> tuple[Tensor, Tensor]:
         """model.encode(src), the sentences encoded in groups of similar length, each cut to its longest.
