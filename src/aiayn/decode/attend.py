@@ -26,7 +26,7 @@ from .attention import OneQueryAttention, SourceAttention
 SOURCE = Path(__file__).with_name("attend.c")
 SYMBOLS = ("aiayn_attend_f32", "aiayn_source_attend_f32")
 # libm, and on x86-64 glibc's vector maths (libmvec: the softmax's exp, 16 at a time with AVX-512)
-LIBRARIES = ("-lmvec", "-lm") if platform.machine() in ("x86_64", "AMD64") else ("-lm",)
+LIBRARIES = ("-lmvec", "-lm") if platform.machine() == "x86_64" and platform.libc_ver()[0] == "glibc" else ("-lm",)
 
 
 @functools.lru_cache(maxsize=1)
@@ -93,6 +93,10 @@ def attend(q: Tensor, k: Tensor, v: Tensor, table: Tensor, t: int) -> Tensor:
     values at position j read from buffer row table[j, n]: q (N, h, d_k); k (capacity, R, h, d_k), v (capacity, R,
     h, d_v), table (capacity, R) int64, as `state.KVBuffer` keeps them. Returns (N, h * d_v). The caller
     (`state.KVBuffer.attend`) holds these shapes; the kernel reads no further than they say."""
+    capacity, R, h, d_k = k.shape
+    if (q.shape[1:] != (h, d_k) or q.size(0) > R or v.shape[:3] != k.shape[:3] or table.shape != (capacity, R)
+            or not 0 < t <= capacity or table.dtype != torch.long or not (k.is_contiguous() and v.is_contiguous() and table.is_contiguous())):
+        raise ValueError(f"attend.attend: q {tuple(q.shape)}, keys {tuple(k.shape)}, table {tuple(table.shape)}, t={t} do not go together")
     return _self(_load()[0][0], q.contiguous(), k, v, table, t)
 
 
