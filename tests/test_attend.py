@@ -38,6 +38,10 @@ def test_the_kernel_is_pytorchs_attention_over_the_rows_the_table_names(N, R, h,
     keys, values = k[torch.arange(t), table[:t, n], c], v[torch.arange(t), table[:t, n], c]  # (t, d)
     weights = (keys @ q[n, c] / d_k**0.5).softmax(0)
     assert torch.allclose(got.view(N, h, d_v)[n, c], weights @ values, atol=1e-5)
+    for wrong in (dict(table=table[:, :-1] if R > 1 else table[:-1]), dict(t=t + 4), dict(q=torch.randn(N, h, d_k + 1))):
+        args = dict(q=q, k=k, v=v, table=table, t=t) | wrong
+        with pytest.raises(ValueError, match="do not go together"):  # the kernel would read past the buffers
+            attend.attend(**args)
 
 
 @pytest.mark.parametrize("B, K, S", [(1, 1, 1), (1, 4, 20), (5, 3, 9), (32, 1, 41), (4, 4, 33)])
