@@ -66,7 +66,7 @@ def test_the_source_kernel_is_pytorchs_attention_over_the_unpadded_positions(B, 
 def copy_and_table(model: Transformer) -> tuple[TransformerStep, TransformerStep]:
     """Two step models of one model: one copies the caches on reordering, one reads them through its row table."""
     copying, through_table = TransformerStep(model), TransformerStep(model)
-    copying._own_attention = False
+    copying.own_attention = lambda memory: False
     assert through_table.own_attention(torch.empty(0)), attend.why_not()
     return copying, through_table
 
@@ -84,7 +84,7 @@ def test_reordering_through_the_table_gives_the_copies_log_probabilities(int8):
     src[1, 3:] = model.config.pad_id  # a padded source: the encoder-decoder attention's mask matters
     generator = torch.Generator().manual_seed(1)
     with torch.inference_mode():
-        states = [copying.start(src), through_table.start(src)]
+        states = [copying.start(src, capacity=2), through_table.start(src, capacity=2)]  # the buffers grow twice
         assert states[0].caches[0].table is None and states[1].caches[0].table is not None
         rows, keep = 3, torch.tensor([2, 0])
         for t, (new_rows, sentences) in enumerate([(6, None), (6, None), (3, None), (9, None), (9, None), (4, keep), (2, None)]):
@@ -162,3 +162,61 @@ with torch.inference_mode():
     assert done.returncode == 0, done.stderr
     reason, table = done.stdout.strip().splitlines()
     assert "no C compiler" in reason and table == "None"
+
+
+def test_a_step_must_bring_one_row_per_live_hypothesis():
+    model = Transformer(ModelConfig.preset("tiny", vocab_size=40)).eval()
+    step = TransformerStep(model)
+    with torch.inference_mode():
+        _, state = step.step(torch.ones(2, 1, dtype=torch.long), step.start(torch.randint(4, 40, (2, 5))))
+        state = state.index_select(torch.tensor([1, 0, 0, 1]))  # widened to 4 rows
+        _, state = step.step(torch.ones(4, 1, dtype=torch.long), state)
+        state = state.index_select(torch.tensor([3, 0]))  # 2 live rows in buffers of 4
+        with pytest.raises(ValueError, match="4 rows given to a decoding state of 2 hypotheses"):
+            step.step(torch.ones(4, 1, dtype=torch.long), state)
+
+
+def test_under_autocast_or_another_default_dtype_the_step_still_decodes():
+    """Under CPU autocast the products give bfloat16: the kernels (float32 only) stand aside and the cache is read
+    through its table. A default dtype set after the model was made does not reach the kernels' outputs."""
+    torch.manual_seed(0)
+    model = Transformer(ModelConfig.preset("tiny", vocab_size=40)).eval()
+    copying, through_table = copy_and_table(model)
+    src = torch.randint(4, 40, (2, 6))
+    rows = torch.tensor([1, 0, 1, 1])
+    with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16):
+        out = []
+        for step in (copying, through_table):
+            _, state = step.step(torch.ones(2, 1, dtype=torch.long), step.start(src))
+            log_probs, _ = step.step(torch.full((4, 1), 7), state.index_select(rows))
+            out.append(log_probs.float())
+    assert torch.isfinite(out[1]).all() and (out[0] - out[1]).abs().max() < 0.05  # bfloat16's precision
+    expected = beam_search(copying, src, DecodeConfig(beam_size=3, max_len=8))
+    default = torch.get_default_dtype()
+    try:
+        torch.set_default_dtype(torch.float64)
+        got = beam_search(through_table, src, DecodeConfig(beam_size=3, max_len=8))
+    finally:
+        torch.set_default_dtype(default)
+    assert [[h.tokens for h in hs] for hs in got] == [[h.tokens for h in hs] for hs in expected]
+
+
+def test_an_attention_module_swapped_in_after_a_start_runs():
+    torch.manual_seed(0)
+    model = Transformer(ModelConfig.preset("tiny", vocab_size=40)).eval()
+    step, src = TransformerStep(model), torch.randint(4, 40, (2, 5))
+    calls = []
+
+    class Counting(type(model.decoder.layers[0].cross_attn.attention)):
+        def forward(self, *args, **kwargs):
+            calls.append(1)
+            return super().forward(*args, **kwargs)
+
+    with torch.inference_mode():
+        step.step(torch.ones(2, 1, dtype=torch.long), step.start(src))
+        assert not calls
+        model.decoder.layers[0].cross_attn.attention = Counting().eval()
+        state = step.start(src)
+        assert state.caches[0].table is None  # the copies and the model's modules, for this state
+        step.step(torch.ones(2, 1, dtype=torch.long), state)
+    assert calls

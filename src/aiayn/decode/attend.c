@@ -20,8 +20,8 @@
 #include <omp.h>
 #endif
 
-#if defined(__x86_64__) && defined(__GLIBC__)
-/* glibc's vector expf (libmvec, linked by attend.py on x86-64): the softmax's loops below are vectorised with it. */
+#ifdef AIAYN_LIBMVEC
+/* glibc's vector expf (libmvec, linked by attend.py where it is there): the softmax's loops are vectorised with it. */
 #pragma omp declare simd notinbranch
 extern float expf(float);
 #endif

@@ -25,36 +25,51 @@ from .attention import OneQueryAttention, SourceAttention
 
 SOURCE = Path(__file__).with_name("attend.c")
 SYMBOLS = ("aiayn_attend_f32", "aiayn_source_attend_f32")
-# libm, and on x86-64 glibc's vector maths (libmvec: the softmax's exp, 16 at a time with AVX-512)
-LIBRARIES = ("-lmvec", "-lm") if platform.machine() == "x86_64" and platform.libc_ver()[0] == "glibc" else ("-lm",)
+# How to build it, tried in turn: on x86-64 glibc with its vector maths (libmvec: the softmax's exp, 16 at a time
+# with AVX-512), then with libm's scalar exp alone.
+BUILDS = ((("-lmvec", "-lm"), ("-DAIAYN_LIBMVEC",)),) * (platform.machine() == "x86_64") + ((("-lm",), ()),)
 
 
 @functools.lru_cache(maxsize=1)
 def _load() -> tuple[tuple | None, str | None]:
     """((self-attention kernel, encoder-decoder attention kernel), None), or (None, why not)."""
-    functions = []
-    for symbol in SYMBOLS:
-        function, why = gemv.build(SOURCE, symbol, LIBRARIES)
-        if function is None:
-            return None, why
-        function.restype = None
-        functions.append(function)
-    functions[0].argtypes = [ctypes.c_void_p] * 6 + [ctypes.c_long] * 6 + [ctypes.c_float, ctypes.c_int]
-    functions[1].argtypes = [ctypes.c_void_p] * 6 + [ctypes.c_long] * 6 + [ctypes.c_float, ctypes.c_int]
+    why = None
+    for libraries, defines in BUILDS:
+        functions = []
+        for symbol in SYMBOLS:
+            function, why = gemv.build(SOURCE, symbol, libraries, defines)
+            if function is None:
+                break
+            function.restype = None
+            function.argtypes = [ctypes.c_void_p] * 6 + [ctypes.c_long] * 6 + [ctypes.c_float, ctypes.c_int]
+            functions.append(function)
+        if len(functions) == len(SYMBOLS):
+            try:
+                with torch.autocast("cpu", enabled=False), torch.inference_mode():  # the checks in float32, as decoding calls it
+                    why = _check(*functions)
+            except Exception as err:  # optional: whatever goes wrong, decoding goes on without it, and says why
+                why = f"{SOURCE.name}'s check failed: {err}"
+            if why is None:
+                return tuple(functions), None
+    return None, why
+
+
+def _check(self_attention, source_attention) -> str | None:
+    """None where both kernels give PyTorch's attention on odd shapes, else what disagreed."""
     generator = torch.Generator().manual_seed(0)
-    for N, R, h, t, d_k, d_v in ((1, 1, 1, 1, 8, 8), (3, 5, 2, 7, 16, 24), (4, 4, 3, 33, 9, 5)):  # odd shapes
+    for N, R, h, t, d_k, d_v in ((1, 1, 1, 1, 8, 8), (3, 5, 2, 7, 16, 24), (4, 4, 3, 33, 9, 5)):
         k, v = torch.randn(t + 2, R, h, d_k, generator=generator), torch.randn(t + 2, R, h, d_v, generator=generator)
         table = torch.randint(0, R, (t + 2, R), generator=generator)
         q = torch.randn(N, h, d_k, generator=generator)
-        if not torch.allclose(_self(functions[0], q, k, v, table, t), reference(q, k, v, table, t), atol=1e-5, rtol=1e-4):
-            return None, f"{SOURCE.name} disagreed with PyTorch's attention on a check (N={N}, h={h}, t={t})"
+        if not torch.allclose(_self(self_attention, q, k, v, table, t), reference(q, k, v, table, t), atol=1e-5, rtol=1e-4):
+            return f"{SOURCE.name} disagreed with PyTorch's attention on a check (N={N}, h={h}, t={t})"
     for B, K, h, S, d_k, d_v in ((1, 1, 1, 1, 8, 8), (3, 2, 2, 9, 16, 24), (2, 4, 3, 33, 9, 5)):
         q = torch.randn(B * K, h, d_k, generator=generator)
         k, v = torch.randn(B, h, S, d_k, generator=generator), torch.randn(B, h, S, d_v, generator=generator)
         mask = torch.arange(S) < torch.randint(1, S + 1, (B, 1), generator=generator)  # (B, S), at least one True
-        if not torch.allclose(_source(functions[1], q, k, v, mask), source_reference(q, k, v, mask), atol=1e-5, rtol=1e-4):
-            return None, f"{SOURCE.name} disagreed with PyTorch's attention on a check (B={B}, K={K}, S={S})"
-    return tuple(functions), None
+        if not torch.allclose(_source(source_attention, q, k, v, mask), source_reference(q, k, v, mask), atol=1e-5, rtol=1e-4):
+            return f"{SOURCE.name} disagreed with PyTorch's attention on a check (B={B}, K={K}, S={S})"
+    return None
 
 
 def kernel():
@@ -72,7 +87,7 @@ def _self(function, q: Tensor, k: Tensor, v: Tensor, table: Tensor, t: int) -> T
     N = q.size(0)
     _, R, h, d_k = k.shape
     d_v = v.size(-1)
-    out, scores = torch.empty(N, h * d_v), torch.empty(N * h * t)
+    out, scores = torch.empty(N, h * d_v, dtype=torch.float32, device="cpu"), torch.empty(N * h * t, dtype=torch.float32, device="cpu")
     function(q.data_ptr(), k.data_ptr(), v.data_ptr(), table.data_ptr(), out.data_ptr(), scores.data_ptr(),
              N, h, t, d_k, d_v, R, 1 / math.sqrt(d_k), torch.get_num_threads())
     return out
@@ -82,7 +97,7 @@ def _source(function, q: Tensor, k: Tensor, v: Tensor, mask: Tensor) -> Tensor:
     """The encoder-decoder call, unchecked: q (B * K, h, d_k), k, v, mask (B, S) bool, contiguous; (B * K, h * d_v)."""
     B, h, S, d_k = k.shape
     K, d_v = q.size(0) // B, v.size(-1)
-    out, scores = torch.empty(B * K, h * d_v), torch.empty(B * h * K * S)
+    out, scores = torch.empty(B * K, h * d_v, dtype=torch.float32, device="cpu"), torch.empty(B * h * K * S, dtype=torch.float32, device="cpu")
     function(q.data_ptr(), k.data_ptr(), v.data_ptr(), mask.data_ptr(), out.data_ptr(), scores.data_ptr(),
              B, K, h, S, d_k, d_v, 1 / math.sqrt(d_k), torch.get_num_threads())
     return out
@@ -94,6 +109,8 @@ def attend(q: Tensor, k: Tensor, v: Tensor, table: Tensor, t: int) -> Tensor:
     h, d_v), table (capacity, R) int64, as `state.KVBuffer` keeps them. Returns (N, h * d_v). The caller
     (`state.KVBuffer.attend`) holds these shapes; the kernel reads no further than they say."""
     capacity, R, h, d_k = k.shape
+    if not _float32_cpu(q, k, v):
+        raise ValueError("attend.attend takes float32 tensors on the CPU")
     if (q.shape[1:] != (h, d_k) or q.size(0) > R or v.shape[:3] != k.shape[:3] or table.shape != (capacity, R)
             or not 0 < t <= capacity or table.dtype != torch.long or not (k.is_contiguous() and v.is_contiguous() and table.is_contiguous())):
         raise ValueError(f"attend.attend: q {tuple(q.shape)}, keys {tuple(k.shape)}, table {tuple(table.shape)}, t={t} do not go together")
@@ -104,11 +121,18 @@ def source(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:
     """Encoder-decoder attention at a step (eq. 1): the K hypotheses of each sentence (q (B * K, h, d_k), a
     sentence's rows together) over its encoder keys and values k (B, h, S, d_k), v (B, h, S, d_v), float32 on the
     CPU, where mask (B, 1, 1, S) is True (None: everywhere). Returns (B * K, h * d_v), rows as q's."""
-    B, _, S, _ = k.shape
+    B, h, S, d_k = k.shape
     mask = torch.ones(B, S, dtype=torch.bool) if mask is None else mask
-    if mask.shape != (B, 1, 1, S) and mask.shape != (B, S) or k.shape[0] != B or q.size(0) % B or not (k.is_contiguous() and v.is_contiguous()):
+    if not _float32_cpu(q, k, v) or mask.dtype != torch.bool:
+        raise ValueError("attend.source takes float32 tensors and a bool mask on the CPU")
+    if ((mask.shape != (B, 1, 1, S) and mask.shape != (B, S)) or q.size(0) % B or q.shape[1:] != (h, d_k)
+            or v.shape[:3] != (B, h, S) or not (k.is_contiguous() and v.is_contiguous())):
         raise ValueError(f"attend.source: q {tuple(q.shape)}, keys {tuple(k.shape)}, mask {tuple(mask.shape)} do not go together")
     return _source(_load()[0][1], q.contiguous(), k, v, mask.reshape(B, S).contiguous())
+
+
+def _float32_cpu(*tensors: Tensor) -> bool:
+    return all(t.dtype == torch.float32 and t.device.type == "cpu" for t in tensors)
 
 
 def reference(q: Tensor, k: Tensor, v: Tensor, table: Tensor, t: int) -> Tensor:

@@ -16,7 +16,7 @@ runtime would start threads of its own) and told torch's thread count at each ca
 compiler, the build fails, the cache folder or one above it could be written by another user, or the
 library's product disagrees with PyTorch's on a check, `kernel()` is None and `why_not()` says why.
 The backend measure (`backend.measure`) then leaves "onednn+gemv" out, and forcing it is an error that
-gives the reason.
+gives the reason. `build` does the same for decode/'s other C source (`attend.c`, loaded by `attend.py`).
 """
 
 from __future__ import annotations
@@ -151,10 +151,10 @@ def _build(source: Path, compiler: str, flags: list[str], link: list[str], folde
 
 
 @functools.lru_cache(maxsize=None)
-def build(source: Path, symbol: str, libraries: tuple[str, ...] = ()) -> tuple[object | None, str | None]:
+def build(source: Path, symbol: str, libraries: tuple[str, ...] = (), defines: tuple[str, ...] = ()) -> tuple[object | None, str | None]:
     """(the C function symbol of source, built and loaded as this module's docstring says, None), or (None, why
-    not); libraries are linked too ("-lm"). The caller sets its argument types and checks it against PyTorch
-    before it uses it."""
+    not); libraries are linked too ("-lm"), defines passed to the compiler ("-DNAME"). The caller sets its
+    argument types and checks it against PyTorch before it uses it."""
     if platform.system() != "Linux":
         return None, "built only on Linux"
     compiler = os.environ.get("CC") or "cc"
@@ -164,7 +164,7 @@ def build(source: Path, symbol: str, libraries: tuple[str, ...] = ()) -> tuple[o
         gomp = _libgomp()
         # With PyTorch's libgomp: compiled with -fopenmp, linked to that very file (-nodefaultlibs keeps gcc's own
         # -lgomp out: the system's libgomp beside PyTorch's would be a second runtime), and libc.
-        flags = FLAGS + (["-fopenmp", "-nodefaultlibs"] if gomp else [])
+        flags = FLAGS + list(defines) + (["-fopenmp", "-nodefaultlibs"] if gomp else [])
         link = [*libraries, *([gomp, "-lc"] if gomp else [])]
         path = _build(source, compiler, flags, link, cache_folder(), f"{source.stem}-{_key(source, compiler, flags + link)}.so")
         return getattr(ctypes.CDLL(str(path)), symbol), None

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.ao.nn.quantized import dynamic as quantized
@@ -72,8 +73,9 @@ def layer_step(layer: DecoderLayer, y: Tensor, memory_kv: KeyValue, src_mask: Te
     N, _ = y.shape
     attn = layer.self_attn
     h, d_k, d_v = attn.heads, attn.d_k, attn.d_v
-    # A cache with a row table was made for aiayn's own attention kernels (`TransformerStep.own_attention`).
-    own = getattr(cache, "table", None) is not None
+    # A cache with a row table was made for aiayn's own attention kernels (`TransformerStep.own_attention`), which
+    # take float32: under autocast the products give bfloat16, and the cache is read through its table instead.
+    own = getattr(cache, "table", None) is not None and not torch.is_autocast_enabled("cpu")
     new = KeyValue(attn.k_proj(y).view(N, h, 1, d_k), attn.v_proj(y).view(N, h, 1, d_v))
     q = attn.q_proj(y).view(N, h, d_k)
     if own:
@@ -92,8 +94,10 @@ def layer_step(layer: DecoderLayer, y: Tensor, memory_kv: KeyValue, src_mask: Te
         out = attn.attention(q, memory_kv.k, memory_kv.v, src_mask)[0].transpose(1, 2).reshape(N, h * d_v)  # (B, h, K, d_v) -> (N, h * d_v)
     y = add_norm(y, attn.out_proj(out), layer.cross_attn_layer_norm)
     ffn = layer.ffn
-    activation = IN_PLACE.get(ffn.activation, ffn.activation) if type(ffn.fc1) in OWN_OUTPUT else ffn.activation
-    return add_norm(y, ffn.fc2(activation(ffn.fc1(y))), layer.final_layer_norm)  # eq. (2)
+    fc1 = ffn.fc1  # in place where its output is its own and no hook of its may have kept it
+    own_output = type(fc1) in OWN_OUTPUT and not fc1._forward_hooks
+    activation = IN_PLACE.get(ffn.activation, ffn.activation) if own_output else ffn.activation
+    return add_norm(y, ffn.fc2(activation(fc1(y))), layer.final_layer_norm)  # eq. (2)
 
 
 def add_norm(y: Tensor, sublayer: Tensor, norm: nn.LayerNorm) -> Tensor:

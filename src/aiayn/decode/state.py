@@ -79,7 +79,9 @@ class KVBuffer:
         return cls(like.new_empty(capacity, rows, heads, d_k), like.new_empty(capacity, rows, heads, d_v), table=table)
 
     def write(self, new: KeyValue) -> None:
-        """Write new (N, h, T, d) after the cached positions, in rows 0..N-1."""
+        """Write new (N, h, T, d) after the cached positions, in rows 0..N-1 (N: the live hypotheses)."""
+        if new.k.size(0) != self.rows:
+            raise ValueError(f"{new.k.size(0)} rows given to a decoding state of {self.rows} hypotheses")
         start, end = self.length, self.length + new.k.size(2)
         if end > self.k.size(0):  # grow by doubling
             capacity = max(end, 2 * self.k.size(0))

@@ -54,7 +54,6 @@ class TransformerStep:
         self.banned = tuple(sorted({cfg.pad_id, cfg.bos_id}))
         self.max_len = cfg.max_len
         self.lean = layer_step.fits(model)  # a step without training's wrappers, where it computes the same
-        self._own_attention: bool | None = None  # whether its attention runs on attend.c (see own_attention)
 
     def start(self, src: Tensor, capacity: int = 64) -> DecoderState:
         """Run the encoder once: src (B, S) -> the decoder's state before any target token.
@@ -83,14 +82,13 @@ class TransformerStep:
     def own_attention(self, memory: Tensor) -> bool:
         """Whether the steps' attention runs on aiayn's own kernels (`attend.py`): self-attention reading the caches
         through a row table, so that reordering beams copies no cache, and encoder-decoder attention. That needs
-        the lean step (`layer_step`), plain attention modules, float32 on the CPU, and the kernels built (asked once
-        per step model). The state `start` makes says so: its caches hold a row table."""
+        the lean step (`layer_step`), the model's own attention modules as they are (checked at every `start`:
+        a module swapped in later runs), float32 on the CPU, and the kernels built. The state `start` makes says
+        so: its caches hold a row table."""
         if memory.dtype != torch.float32 or memory.device.type != "cpu" or not self.lean:
             return False
-        if self._own_attention is None:
-            modules = [m for layer in self.model.decoder.layers for m in (layer.self_attn.attention, layer.cross_attn.attention)]
-            self._own_attention = all(attend.takes(m) for m in modules) and attend.kernel() is not None
-        return self._own_attention
+        modules = [m for layer in self.model.decoder.layers for m in (layer.self_attn.attention, layer.cross_attn.attention)]
+        return all(attend.takes(m) for m in modules) and attend.kernel() is not None
 
     def encode_by_length(self, src: Tensor, groups: int = 4) -> tuple[Tensor, Tensor]:
         """model.encode(src), the sentences encoded in groups of similar length, each cut to its longest.
