@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -156,3 +157,30 @@ def test_encoding_by_length_equals_the_padded_batch():
     assert torch.equal(grouped_mask, mask)
     assert ((grouped - padded) * real).abs().max() < 1e-5
     assert not grouped[lengths < 6, 11].any()  # the shortest group was cut to 5 positions
+
+
+def test_detach_gives_back_the_pages_it_reads_as_it_goes(tmp_path, monkeypatch):
+    """A read maps a block of the file's page cache around it (up to 2 MiB where the kernel caches files in large
+    blocks): detaching many small tensors spread over a file once held tens of MiB at a load's peak."""
+    small = {f"{i:02d}a": torch.full((64,), float(i)) for i in range(24)}
+    filler = {f"{i:02d}b": torch.zeros(1 << 18) for i in range(24)}  # 1 MiB between the small tensors
+    path = tmp_path / "w.safetensors"
+    save_file(small | filler, path)
+    maps = MappedReads()
+    mapped = maps.read(path)
+    model = torch.nn.ParameterList([torch.nn.Parameter(mapped[name], requires_grad=False) for name in small])
+
+    def mapped_kib() -> int:  # resident KiB of this process's mappings of the file
+        rss, inside = 0, False
+        for line in Path("/proc/self/smaps").read_text().splitlines():
+            if line[:1].isdigit() or line[:1] in "abcdef" and "-" in line.split()[0]:
+                inside = line.rstrip().endswith(str(path))
+            elif inside and line.startswith("Rss:"):
+                rss += int(line.split()[1])
+        return rss
+
+    held, drop = [], MappedReads._drop_pages
+    monkeypatch.setattr(MappedReads, "_drop_pages", lambda self: held.append(mapped_kib()) or drop(self))
+    maps.detach(model)
+    assert len(held) == len(small) and max(held) <= 2048 + 64  # at most one block held at a time
+    assert all(torch.equal(p, small[name]) and not maps.holds(p) for p, name in zip(model, small))

@@ -208,18 +208,27 @@ class MappedReads:
     def release(self) -> None:
         """Give back the mapped pages read so far (a later read maps them again), and the heap memory
         freed since: the temporaries of quantising a layer would otherwise stay in the process."""
+        self._drop_pages()
+        trim_heap()
+
+    def _drop_pages(self) -> None:
+        """Unmap the pages of the files read so far (a later read maps them again)."""
         for mapped, _, _ in self.maps:
             if hasattr(mapped, "madvise"):  # Linux, macOS; elsewhere the pages stay until the map goes
                 mapped.madvise(mmap.MADV_DONTNEED)
-        trim_heap()
 
     def detach(self, model: nn.Module) -> None:
-        """Every parameter and buffer of model still in a mapped file copied into memory of its own."""
+        """Every parameter and buffer of model still in a mapped file copied into memory of its own.
+
+        The pages read are given back after each copy: a read maps a whole block of the file's page cache
+        around what it reads (up to 2 MiB where the kernel caches the file in large blocks), and sixty small
+        tensors (biases, norms) once held 52 MiB that way at the load's peak (docs/translation.md)."""
         for module in model.modules():
             for name, t in [*module.named_parameters(recurse=False), *module.named_buffers(recurse=False)]:
                 if self.holds(t):
                     copy = t.detach().clone()
                     setattr(module, name, nn.Parameter(copy, requires_grad=False) if isinstance(t, nn.Parameter) else copy)
+                    self._drop_pages()
         self.maps.clear()  # the maps close once no tensor views them
 
 
