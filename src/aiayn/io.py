@@ -220,9 +220,9 @@ class MappedReads:
     def detach(self, model: nn.Module) -> None:
         """Every parameter and buffer of model still in a mapped file copied into memory of its own.
 
-        The pages read are given back after each copy: a read maps a whole block of the file's page cache
-        around what it reads (up to 2 MiB where the kernel caches the file in large blocks), and sixty small
-        tensors (biases, norms) once held 52 MiB that way at the load's peak (docs/translation.md)."""
+        The pages read are given back after each copy: a read maps the block of the file's page cache around
+        what it reads (64 KiB of small pages, more where the kernel caches the file in large blocks), and sixty
+        small tensors (biases, norms) once held 52 MiB that way at the load's peak (docs/translation.md)."""
         for module in model.modules():
             for name, t in [*module.named_parameters(recurse=False), *module.named_buffers(recurse=False)]:
                 if self.holds(t):
