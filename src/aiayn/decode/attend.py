@@ -1,10 +1,11 @@
-"""Decoder self-attention at a step through a row table (`attend.c`), so that reordering beams copies no cache.
-Not in the paper: a speed measure (docs/translation.md, "Beams reordered without copying the cache").
+"""A decoding step's two attentions in C (`attend.c`): self-attention through a row table, so that reordering beams
+copies no cache, and encoder-decoder attention. Not in the paper: a speed measure (docs/translation.md, "Beams
+reordered without copying the cache").
 
 `state.KVBuffer` keeps each position's keys and values where they were written. A `state.RowTable`, shared by
 every layer, says which buffer row holds a hypothesis's keys and values at each position; reordering gathers the
-table, and this kernel reads through it. Built like `gemv.c` (`gemv.build`); where it cannot be, `kernel()` is
-None, `why_not()` says why, and the caches are copied on reordering, as before.
+table, and the self-attention kernel reads through it. Built like `gemv.c` (`gemv.build`); where it cannot be,
+`kernel()` is None, `why_not()` says why, and the caches are copied on reordering, as before.
 """
 
 from __future__ import annotations
@@ -35,22 +36,20 @@ def _load() -> tuple[tuple | None, str | None]:
     """((self-attention kernel, encoder-decoder attention kernel), None), or (None, why not)."""
     why = None
     for libraries, defines in BUILDS:
-        functions = []
-        for symbol in SYMBOLS:
-            function, why = gemv.build(SOURCE, symbol, libraries, defines)
-            if function is None:
-                break
-            function.restype = None
-            function.argtypes = [ctypes.c_void_p] * 6 + [ctypes.c_long] * 6 + [ctypes.c_float, ctypes.c_int]
-            functions.append(function)
-        if len(functions) == len(SYMBOLS):
-            try:
-                with torch.autocast("cpu", enabled=False), torch.inference_mode():  # the checks in float32, as decoding calls it
-                    why = _check(*functions)
-            except Exception as err:  # optional: whatever goes wrong, decoding goes on without it, and says why
-                why = f"{SOURCE.name}'s check failed: {err}"
-            if why is None:
-                return tuple(functions), None
+        library, why = gemv.build(SOURCE, libraries, defines)
+        if library is None:
+            continue
+        try:
+            functions = tuple(getattr(library, symbol) for symbol in SYMBOLS)
+            for function in functions:
+                function.restype = None
+                function.argtypes = [ctypes.c_void_p] * 6 + [ctypes.c_long] * 6 + [ctypes.c_float, ctypes.c_int]
+            with torch.autocast("cpu", enabled=False), torch.inference_mode():  # the checks in float32, as decoding calls it
+                why = _check(*functions)
+        except Exception as err:  # optional: whatever goes wrong, decoding goes on without it, and says why
+            why = f"{SOURCE.name}'s check failed: {err}"
+        if why is None:
+            return functions, None
     return None, why
 
 

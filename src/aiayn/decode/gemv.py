@@ -151,10 +151,10 @@ def _build(source: Path, compiler: str, flags: list[str], link: list[str], folde
 
 
 @functools.lru_cache(maxsize=None)
-def build(source: Path, symbol: str, libraries: tuple[str, ...] = (), defines: tuple[str, ...] = ()) -> tuple[object | None, str | None]:
-    """(the C function symbol of source, built and loaded as this module's docstring says, None), or (None, why
-    not); libraries are linked too ("-lm"), defines passed to the compiler ("-DNAME"). The caller sets its
-    argument types and checks it against PyTorch before it uses it."""
+def build(source: Path, libraries: tuple[str, ...] = (), defines: tuple[str, ...] = ()) -> tuple[ctypes.CDLL | None, str | None]:
+    """(source's library, built and loaded as this module's docstring says, None), or (None, why not); libraries
+    are linked too ("-lm"), defines passed to the compiler ("-DNAME"). The caller takes its functions, sets their
+    argument types and checks them against PyTorch before it uses them."""
     if platform.system() != "Linux":
         return None, "built only on Linux"
     compiler = os.environ.get("CC") or "cc"
@@ -167,7 +167,7 @@ def build(source: Path, symbol: str, libraries: tuple[str, ...] = (), defines: t
         flags = FLAGS + list(defines) + (["-fopenmp", "-nodefaultlibs"] if gomp else [])
         link = [*libraries, *([gomp, "-lc"] if gomp else [])]
         path = _build(source, compiler, flags, link, cache_folder(), f"{source.stem}-{_key(source, compiler, flags + link)}.so")
-        return getattr(ctypes.CDLL(str(path)), symbol), None
+        return ctypes.CDLL(str(path)), None
     except Exception as err:  # optional: whatever goes wrong, decoding goes on without it, and says why
         return None, f"could not build {source.name}: {err}"
 
@@ -175,9 +175,10 @@ def build(source: Path, symbol: str, libraries: tuple[str, ...] = (), defines: t
 @functools.lru_cache(maxsize=1)
 def _load() -> tuple[object | None, str | None]:
     """(the C product, None), or (None, why not)."""
-    function, why = build(SOURCE, SYMBOL)
-    if function is None:
+    library, why = build(SOURCE)
+    if library is None:
         return None, why
+    function = getattr(library, SYMBOL)
     function.argtypes = [ctypes.c_void_p] * 4 + [ctypes.c_long] * 3 + [ctypes.c_int]
     function.restype = None
     generator = torch.Generator().manual_seed(0)

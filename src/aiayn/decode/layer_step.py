@@ -63,19 +63,21 @@ def decode_step(model: Transformer, tokens: Tensor, memory_kv: list[KeyValue], s
     """tokens (N, 1) -> logits (N, V) of the next token; each cache is given the new position (§3.2.3)."""
     decoder = model.decoder
     y = decoder.embed(tokens[:, 0]) + decoder.positions(1, caches[0].length)  # (N, D)
+    # Caches with a row table were made for aiayn's own attention kernels (`TransformerStep.own_attention`), which
+    # take float32: under autocast the products give bfloat16, and the caches are read through their table instead.
+    own = getattr(caches[0], "table", None) is not None and not torch.is_autocast_enabled("cpu")
     for layer, kv, cache in zip(decoder.layers, memory_kv, caches, strict=True):
-        y = layer_step(layer, y, kv, src_mask, cache)
+        y = layer_step(layer, y, kv, src_mask, cache, own)
     return model.project(y)
 
 
-def layer_step(layer: DecoderLayer, y: Tensor, memory_kv: KeyValue, src_mask: Tensor, cache: SelfAttentionCache) -> Tensor:
-    """`DecoderLayer.forward` at one position: y (N, D) -> (N, D), each sub-layer LayerNorm(y + Sublayer(y)) (§3.1)."""
+def layer_step(layer: DecoderLayer, y: Tensor, memory_kv: KeyValue, src_mask: Tensor, cache: SelfAttentionCache,
+               own: bool = False) -> Tensor:
+    """`DecoderLayer.forward` at one position: y (N, D) -> (N, D), each sub-layer LayerNorm(y + Sublayer(y)) (§3.1);
+    own: both attentions on `attend.c` (cache a `state.KVBuffer` with a row table), else on the layer's modules."""
     N, _ = y.shape
     attn = layer.self_attn
     h, d_k, d_v = attn.heads, attn.d_k, attn.d_v
-    # A cache with a row table was made for aiayn's own attention kernels (`TransformerStep.own_attention`), which
-    # take float32: under autocast the products give bfloat16, and the cache is read through its table instead.
-    own = getattr(cache, "table", None) is not None and not torch.is_autocast_enabled("cpu")
     new = KeyValue(attn.k_proj(y).view(N, h, 1, d_k), attn.v_proj(y).view(N, h, 1, d_v))
     q = attn.q_proj(y).view(N, h, d_k)
     if own:

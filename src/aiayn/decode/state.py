@@ -23,6 +23,7 @@ import torch
 from torch import Tensor
 
 from ..model import KeyValue
+from . import attend
 
 
 class UsedState(RuntimeError):
@@ -104,14 +105,17 @@ class KVBuffer:
         t, N = self.length, self.rows
         if self.table is None:
             return KeyValue(self.k[:t].permute(1, 2, 0, 3), self.v[:t].permute(1, 2, 0, 3))
-        positions, rows = torch.arange(t, device=self.k.device)[:, None], self.table.rows[:t, :N]  # (t, 1), (t, N)
-        return KeyValue(self.k[positions, rows].permute(1, 2, 0, 3), self.v[positions, rows].permute(1, 2, 0, 3))
+        k, v = self.gather(self.table.rows[:t, :N])
+        return KeyValue(k.permute(1, 2, 0, 3), v.permute(1, 2, 0, 3))
+
+    def gather(self, rows: Tensor) -> tuple[Tensor, Tensor]:
+        """The keys and values at positions 0..t-1 of buffer rows rows (t, N'): (t, N', h, d) copies."""
+        positions = torch.arange(rows.size(0), device=self.k.device)[:, None]  # (t, 1)
+        return self.k[positions, rows], self.v[positions, rows]
 
     def attend(self, q: Tensor, new: KeyValue) -> Tensor:
         """Write new (N, h, 1, d) and return eq. (1) for q (N, h, d_k) over every position so far: (N, h * d_v).
         Needs a table (and `attend.kernel()`)."""
-        from . import attend
-
         self.write(new)
         return attend.attend(q, self.k, self.v, self.table.rows, self.length)
 
@@ -165,12 +169,12 @@ class DecoderState:
             table.reorder(t, rows)
             return DecoderState(src_mask, memory_kv, [KVBuffer(c.k, c.v, t, table, len(rows)) for c in state.caches])
         if table is not None:  # more hypotheses than rows: each buffer copied once, through the table, into a wider one
-            positions, picked = torch.arange(t, device=rows.device)[:, None], table.rows[:t].index_select(1, rows)
+            picked = table.rows[:t].index_select(1, rows)  # (t, N')
             table = RowTable(state.caches[0].k.size(0), len(rows), rows.device)
             caches = []
             for cache in state.caches:
                 k, v = (b.new_empty(b.size(0), len(rows), *b.shape[2:]) for b in (cache.k, cache.v))
-                k[:t], v[:t] = cache.k[positions, picked], cache.v[positions, picked]
+                k[:t], v[:t] = cache.gather(picked)
                 caches.append(KVBuffer(k, v, t, table))
             return DecoderState(src_mask, memory_kv, caches)
         spare, buffers = state.spare, []
