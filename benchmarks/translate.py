@@ -127,6 +127,7 @@ def run_ct2(work: Path, beam: int, batch_size: int, sources: list[list[int]], co
 def run_aiayn(work: Path, beam: int, batch_size: int, sources: list[list[int]], int8: bool):
 
     from aiayn.decode.layout import for_decoding
+    from aiayn.decode.pages import on_huge_pages
     from aiayn.marian.load import load_marian_model
 
     # what Translator.load does, without a tokenizer (there is none here)
@@ -138,6 +139,7 @@ def run_aiayn(work: Path, beam: int, batch_size: int, sources: list[list[int]], 
         model = quantize_int8(load_marian_model(work / "marian", unk_id=UNK, read=maps.read), release=maps.release)
         maps.detach(model)
         for_decoding(model)
+        pages = on_huge_pages(model)
     else:  # the GEMM backend measured on the model's shapes (or AIAYN_GEMM), as Translator.load chooses it
         from aiayn.decode import backend
         from aiayn.decode.layout import for_decoding_mapped, reader
@@ -148,7 +150,7 @@ def run_aiayn(work: Path, beam: int, batch_size: int, sources: list[list[int]], 
         gemm, maps = backend.choose(config, rows), MappedReads()
         model = load_marian_model(work / "marian", unk_id=UNK, read=reader(gemm, config.target_vocab_size, maps))
         gemm = for_decoding_mapped(model, gemm, rows, maps)
-        print(f"aiayn float32 decodes with {gemm}", file=sys.stderr, flush=True)
+        pages = on_huge_pages(model)  # last, as Translator.load does
 
     search = forced_search(model, beam)
 
@@ -157,6 +159,7 @@ def run_aiayn(work: Path, beam: int, batch_size: int, sources: list[list[int]], 
 
     if int8:  # where the vocabulary's product runs: packed for oneDNN, or plain rows and torch._int_mm
         gemm = "int8 onednn" if model.output_proj.vocabulary.packed is not None else "int8 _int_mm"
+    print(f"aiayn {'int8' if int8 else 'float32'} decodes with {gemm}, {pages}", file=sys.stderr, flush=True)
     translate.gemm = gemm  # reported with the worker's figures
     return translate
 

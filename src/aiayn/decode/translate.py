@@ -19,6 +19,7 @@ from ..model import Transformer
 from .beam import Hypothesis, beam_search
 from .greedy import greedy_hypotheses
 from .layout import for_decoding, for_decoding_mapped, reader
+from .pages import HugePages, on_huge_pages
 from .sampling import sample
 
 
@@ -105,6 +106,7 @@ class Translator:
         self.batch_size, self.max_tokens, self.truncate = batch_size, max_tokens, truncate
         self.max_source_len = model.config.max_len
         self.gemm: str | None = None  # set by load: the products' backend
+        self.huge_pages: HugePages | None = None  # set by load on a CPU: the weights on huge pages (pages.py)
 
     @classmethod
     def load(cls, path: str | Path, device: str | torch.device = "cpu", int8: bool = False, gemm: str | None = None,
@@ -144,11 +146,13 @@ class Translator:
             gemm = for_decoding_mapped(model, gemm, rows, maps)
         else:
             for_decoding(model)
+        pages = on_huge_pages(model) if torch.device(device).type == "cpu" else None  # last: nothing is copied after
         defaults = defaults or DecodeConfig()
         search = {k: v for k, v in options.items() if k in DecodeConfig.__dataclass_fields__ and v is not None}
         batching = {k: v for k, v in options.items() if k not in search and v is not None}
         translator = cls(model, tokenizer, defaults.replace(**search), device, **batching)
         translator.gemm = gemm  # what the products run on: "mkl", "onednn" (either "+packed"), "int8", or None off the CPU
+        translator.huge_pages = pages  # what went onto huge pages (pages.py), None off the CPU
         return translator
 
     def decode_config(self, **options: Any) -> DecodeConfig:

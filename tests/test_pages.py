@@ -1,0 +1,149 @@
+"""Decoding's weights on huge pages (decode/pages.py, issue 18): the same outputs bit for bit, the same layout,
+parameters moved into one mapping on 2 MiB pages, the vocabulary collapsed where it is, no second copy left."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+from aiayn import ModelConfig, Transformer
+from aiayn.data.corpus import read_lines
+from aiayn.decode import pages
+from aiayn.decode.layout import column_major, for_decoding
+from aiayn.decode.translate import Translator
+from aiayn.io import save_model
+
+DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k"
+needs_huge_pages = pytest.mark.skipif(pages.why_not() is not None, reason=f"no huge pages here: {pages.why_not()}")
+
+
+def model(vocab: int = 33_000, d_model: int = 64, d_ff: int = 1024) -> Transformer:
+    """A small model whose vocabulary (V x 64 floats, 8.1 MiB) is collapsed in place and whose FFN matrices (256 KiB)
+    are moved."""
+    torch.manual_seed(0)
+    config = ModelConfig.preset("tiny", vocab_size=vocab, d_model=d_model, d_ff=d_ff, max_len=64)
+    return for_decoding(Transformer(config))
+
+
+def logits(m: Transformer) -> torch.Tensor:
+    src = torch.randint(4, 200, (3, 11), generator=torch.Generator().manual_seed(1))
+    tgt = torch.randint(4, 200, (3, 7), generator=torch.Generator().manual_seed(2))
+    with torch.inference_mode():
+        return m(src, tgt)
+
+
+def huge_kib(address: int) -> int:
+    """AnonHugePages of the mapping of this process that holds address, in KiB."""
+    inside, total = False, 0
+    for line in Path("/proc/self/smaps").read_text().splitlines():
+        head = re.match(r"^([0-9a-f]+)-([0-9a-f]+) ", line)
+        if head:
+            inside = int(head[1], 16) <= address < int(head[2], 16)
+        elif inside and line.startswith("AnonHugePages:"):
+            total += int(line.split()[1])
+    return total
+
+
+def status_kib(field: str) -> int:
+    return next(int(line.split()[1]) for line in Path("/proc/self/status").read_text().splitlines() if line.startswith(field + ":"))
+
+
+@needs_huge_pages
+def test_same_outputs_bit_for_bit_and_the_parameters_on_huge_pages():
+    m = model()
+    before = logits(m)
+    values = {name: p.detach().clone() for name, p in m.named_parameters()}
+    strides = {name: p.stride() for name, p in m.named_parameters()}
+    vocabulary = m.output_proj.matrix
+    where = vocabulary.data_ptr()
+    done = pages.on_huge_pages(m)
+    assert torch.equal(logits(m), before)  # the same model, to the bit
+    assert all(torch.equal(p, values[name]) and p.stride() == strides[name] for name, p in m.named_parameters())
+    assert m.output_proj.matrix is vocabulary and vocabulary.data_ptr() == where  # collapsed where it is, still tied
+    assert m.encoder.embed.weight is m.decoder.embed.weight is vocabulary
+    moved = [p for p in m.parameters() if pages.SMALLEST <= p.numel() * p.element_size() < pages.IN_PLACE_BYTES]
+    assert moved and done.moved == sum(p.numel() * p.element_size() for p in moved)
+    first = min(p.data_ptr() for p in moved)
+    assert first % pages.pmd_size() == 0  # one mapping, starting on a huge page
+    assert len({p.untyped_storage().data_ptr() for p in moved}) == 1
+    assert huge_kib(first) >= done.moved // 1024 // 2  # most of it on 2 MiB pages (the last page may stay small)
+    if done.collapsed:  # MADV_COLLAPSE (Linux 6.1 and later): the 2 MiB blocks inside the matrix, a mapping of their own
+        assert huge_kib(-(-where // pages.pmd_size()) * pages.pmd_size()) >= 2048
+    assert "MiB on huge pages" in str(done)
+
+
+@needs_huge_pages
+def test_column_major_matrices_keep_their_layout():
+    m = model()
+    for layer in m.decoder.layers:
+        layer.ffn.fc1.weight = nn.Parameter(column_major(layer.ffn.fc1.weight.detach()), requires_grad=False)
+    before = logits(m)
+    pages.on_huge_pages(m)
+    assert all(layer.ffn.fc1.weight.t().is_contiguous() for layer in m.decoder.layers)
+    assert torch.equal(logits(m), before)
+
+
+@needs_huge_pages
+def test_views_and_shared_storage_stay_where_they_are():
+    m = model()
+    big = torch.randn(128, 1024)
+    m.decoder.layers[0].ffn.fc1.weight = nn.Parameter(big[:, :64].t(), requires_grad=False)  # a view (64 of 1024 columns)
+    shared = m.decoder.layers[1].ffn.fc2.weight
+    m.kept = shared.detach()  # a second tensor on the same memory: moving the parameter would leave it a copy
+    views = m.decoder.layers[0].ffn.fc1.weight.data_ptr(), shared.data_ptr()
+    pages.on_huge_pages(m)
+    assert (m.decoder.layers[0].ffn.fc1.weight.data_ptr(), shared.data_ptr()) == views
+    assert m.kept.data_ptr() == shared.data_ptr()
+
+
+@needs_huge_pages
+def test_no_second_copy_is_left_in_memory():
+    """The parameters' old memory is given back as they are copied: the resident memory, and its peak, end no higher
+    than a few MiB above where they started (the peak is reset first: /proc/self/clear_refs)."""
+    m = model(vocab=1000, d_model=256, d_ff=4096)  # 2 x 2 x 4 MiB of FFN matrices and more: 39 MiB to move
+    try:
+        Path("/proc/self/clear_refs").write_text("5")  # VmHWM := VmRSS
+    except OSError:
+        pytest.skip("the peak resident memory cannot be reset here")
+    start = status_kib("VmRSS")
+    done = pages.on_huge_pages(m)
+    assert done.moved > 32 << 20
+    assert status_kib("VmRSS") - start < 8 << 10
+    assert status_kib("VmHWM") - start < 12 << 10
+
+
+def test_nothing_is_done_when_switched_off(monkeypatch):
+    monkeypatch.setenv("AIAYN_HUGE_PAGES", "0")
+    m = model()
+    where = [p.data_ptr() for p in m.parameters()]
+    done = pages.on_huge_pages(m)
+    assert (done.moved, done.collapsed) == (0, 0) and done.why_not == "AIAYN_HUGE_PAGES=0"
+    assert [p.data_ptr() for p in m.parameters()] == where
+    assert str(done) == "no huge pages (AIAYN_HUGE_PAGES=0)"
+
+
+def test_translator_load_puts_weights_on_huge_pages_and_translates_the_same(tmp_path, monkeypatch):
+    """Translator.load does it last, on a CPU; the translations are the same with it and without it."""
+    from aiayn.data.vocab import Vocab
+
+    lines = read_lines(DATA / "val.en.gz")[:300] + read_lines(DATA / "val.de.gz")[:300]
+    vocab = Vocab.train(lines, 300)
+    torch.manual_seed(0)
+    directory = save_model(Transformer(ModelConfig.preset("tiny", vocab_size=len(vocab), d_ff=1024, max_len=96)),
+                           tmp_path, vocab.proto)
+    sentences = read_lines(DATA / "test_2016_flickr.en.gz")[:12]
+    gemms = ["onednn", "mkl"] + (["onednn+gemv"] if shutil.which("cc") else [])
+    for gemm in gemms:
+        on = Translator.load(directory, gemm=gemm, beam_size=2)
+        monkeypatch.setenv("AIAYN_HUGE_PAGES", "0")
+        off = Translator.load(directory, gemm=gemm, beam_size=2)
+        monkeypatch.delenv("AIAYN_HUGE_PAGES")
+        assert off.huge_pages.why_not == "AIAYN_HUGE_PAGES=0"
+        if pages.why_not() is None:
+            assert on.huge_pages.moved > 0, gemm  # the FFN matrices (256 KiB each)
+        assert on.translate(sentences) == off.translate(sentences), gemm
