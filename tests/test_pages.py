@@ -22,12 +22,12 @@ DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k"
 needs_huge_pages = pytest.mark.skipif(pages.why_not() is not None, reason=f"no huge pages here: {pages.why_not()}")
 
 
-def model(vocab: int = 33_000, d_model: int = 64, d_ff: int = 1024) -> Transformer:
+def model(vocab: int = 33_000, d_model: int = 64, d_ff: int = 1024, decoding: bool = True) -> Transformer:
     """A small model whose vocabulary (V x 64 floats, 8.1 MiB) is collapsed in place and whose FFN matrices (256 KiB)
-    are moved."""
+    are moved; made ready for decoding (MKL's layout: column-major) unless not decoding."""
     torch.manual_seed(0)
     config = ModelConfig.preset("tiny", vocab_size=vocab, d_model=d_model, d_ff=d_ff, max_len=64)
-    return for_decoding(Transformer(config))
+    return for_decoding(Transformer(config)) if decoding else Transformer(config).eval()
 
 
 def logits(m: Transformer) -> torch.Tensor:
@@ -99,6 +99,23 @@ def test_views_and_shared_storage_stay_where_they_are():
     pages.on_huge_pages(m)
     assert (m.decoder.layers[0].ffn.fc1.weight.data_ptr(), shared.data_ptr()) == views
     assert m.kept.data_ptr() == shared.data_ptr()
+
+
+@needs_huge_pages
+def test_views_of_a_mapped_file_stay_where_they_are(tmp_path):
+    """Tensors still in `io.MappedReads`' map of the weight file (before `detach`) are the file's pages: left alone."""
+    from aiayn.io import MappedReads, load_model
+
+    directory = save_model(model(decoding=False), tmp_path)
+    maps = MappedReads()
+    m = load_model(directory, read=maps.read)
+    mapped = [p for p in m.parameters() if maps.holds(p)]
+    assert mapped and any(p.numel() * 4 >= pages.IN_PLACE_BYTES for p in mapped)
+    where = [p.data_ptr() for p in mapped]
+    done = pages.on_huge_pages(m)
+    assert [p.data_ptr() for p in mapped] == where and (done.moved, done.collapsed) == (0, 0)
+    maps.detach(m)
+    assert pages.on_huge_pages(m).moved > 0  # once copied out of the file, they go
 
 
 @needs_huge_pages

@@ -16,14 +16,17 @@ ship one of the two). `on_huge_pages(model)` puts the model's weights there:
   of their own, marked before it is written, and each parameter is pointed at its copy (`param.data`:
   every module holding the parameter sees it); the old memory is freed as the copies are made.
 
-Values, shapes and dtypes do not change, so a model's outputs are the same bit for bit. Nothing is
-done off Linux, on other devices, where transparent huge pages are "never", or with AIAYN_HUGE_PAGES=0.
+Values, shapes and dtypes do not change, so a model's outputs are the same bit for bit. Tensors still in a
+mapped file (`io.MappedReads` before `detach`) are left alone. Nothing is done off Linux, on other devices,
+where transparent huge pages are "never", or with AIAYN_HUGE_PAGES=0.
 """
 
 from __future__ import annotations
 
+import bisect
 import ctypes
 import functools
+import math
 import mmap
 import os
 import platform
@@ -114,10 +117,12 @@ def on_huge_pages(model: nn.Module) -> HugePages:
     for t in _tensors(model):
         if t.device.type == "cpu" and t.layout == torch.strided:
             owners.setdefault(t.untyped_storage().data_ptr(), {})[id(t)] = t
-    done, small = HugePages(), []
+    done, small, files = HugePages(), [], _file_mappings()
     for address, on_it in owners.items():
         t, *others = on_it.values()
         nbytes = t.untyped_storage().nbytes()
+        if _inside(address, files):
+            continue  # a view of a mapped file (`io.MappedReads`, before `detach`): its pages are the file's
         if nbytes >= IN_PLACE_BYTES:
             _advise(address, nbytes, MADV_HUGEPAGE, huge)  # khugepaged's work, where MADV_COLLAPSE is unknown
             if _advise(address, nbytes, MADV_COLLAPSE, huge):
@@ -128,6 +133,23 @@ def on_huge_pages(model: nn.Module) -> HugePages:
         done.moved = _move(small, huge)
     done.resident = resident_huge_bytes()
     return done
+
+
+def _inside(address: int, ranges: list[tuple[int, int]]) -> bool:
+    """Whether address lies in one of ranges (sorted, not overlapping)."""
+    i = bisect.bisect_right(ranges, (address, math.inf)) - 1
+    return i >= 0 and ranges[i][0] <= address < ranges[i][1]
+
+
+def _file_mappings() -> list[tuple[int, int]]:
+    """The address ranges of this process's mappings of files (/proc/self/maps, in address order), left alone."""
+    ranges = []
+    for line in Path("/proc/self/maps").read_text(errors="replace").splitlines():
+        fields = line.split(maxsplit=5)  # address, perms, offset, device, inode, path
+        if len(fields) == 6 and fields[4] != "0":  # an inode: a file (anonymous memory and [heap] have none)
+            first, last = fields[0].split("-")
+            ranges.append((int(first, 16), int(last, 16)))
+    return ranges
 
 
 def _tensors(model: nn.Module):
