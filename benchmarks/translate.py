@@ -12,7 +12,9 @@ Each measurement runs in a fresh process (its peak RSS is the memory figure; the
 the resident memory after each batch, `batch_rss_mib`); engines alternate
 round by round and the table gives medians, with ratios of figures measured in the same run.
 The memory tables also give the peak above each engine's runtime, the resident memory once its
-library is imported and before it loads weights (torch alone is about 220 MiB, ctranslate2 30).
+library is imported and before it loads weights (torch alone is about 220 MiB, ctranslate2 30), and what is
+resident above the runtime at the end split in two (/proc/self/status): anonymous memory, the engine's own data
+(weights, caches, buffers, heap), and file pages, the code of its libraries that decoding paged in.
 """
 
 from __future__ import annotations
@@ -206,6 +208,7 @@ def worker(args: argparse.Namespace) -> None:
     for module in RUNTIMES[args.worker.split("-")[0]]:  # CTranslate2 runs without torch, as its users would
         importlib.import_module(module)
     runtime_mib = resident_mib("VmRSS")
+    runtime_split = {field: resident_mib(field) for field in ("RssAnon", "RssFile")}
     if not args.worker.startswith("ct2"):
         import torch
 
@@ -229,6 +232,8 @@ def worker(args: argparse.Namespace) -> None:
     print(json.dumps({
         "seconds": seconds, "sentences": len(sources), "tokens": sum(len(o) for o in outputs), "lengths": lengths,
         "peak_mib": resident_mib("VmHWM"), "runtime_mib": runtime_mib, "batch_rss_mib": batch_rss, "first": outputs[:8],
+        # at the end, above the runtime: the engine's own data (anonymous) and the library code it paged in (files)
+        "anon_mib": resident_mib("RssAnon") - runtime_split["RssAnon"], "file_mib": resident_mib("RssFile") - runtime_split["RssFile"],
         "gemm": getattr(translate, "gemm", None),
     }))
 
@@ -290,6 +295,15 @@ def table(results: dict, jobs: list[str], engines: list[str]) -> str:
     for job in jobs:
         above = {e: max(r["peak_mib"] - r["runtime_mib"] for r in results[job][e]) for e in engines}
         lines.append(memory_row(job, engines, above))
+    if all("anon_mib" in r for job in jobs for e in engines for r in results[job][e]):
+        lines += ["", "| resident at the end above the runtime, MiB: anonymous (the engine's data) + files (library code) | "
+                  + " | ".join(engines) + " | aiayn/CT2 f32 anonymous | aiayn int8/CT2 int8 anonymous |", "|---" * (len(engines) + 3) + "|"]
+        for job in jobs:
+            split = {e: (max(r["anon_mib"] for r in results[job][e]), max(r["file_mib"] for r in results[job][e])) for e in engines}
+            cells = [f"{a:,.0f} + {f:,.0f}" for a, f in split.values()]
+            mine = [f"{split[a][0] / split[b][0]:.2f}" if a in split and b in split and split[b][0] > 0 else "-"
+                    for a, b in (("aiayn-float32", "ct2-float32"), ("aiayn-int8", "ct2-int8"))]
+            lines.append(f"| {job} | " + " | ".join(cells) + " | " + " | ".join(mine) + " |")
     runtimes = {e: statistics.median(r["runtime_mib"] for job in jobs for r in results[job][e]) for e in engines}
     lines += ["", "runtime (resident after importing the engine, before its weights), MiB: "
               + ", ".join(f"{e} {m:,.0f}" for e, m in runtimes.items())]
