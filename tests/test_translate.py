@@ -214,3 +214,17 @@ def test_int8_stays_close_to_float32(model_dir, tmp_path):
     src_file.write_text("Zwei Hunde.\n\nDogs.\n", encoding="utf-8")
     assert run_cli("--model", str(model_dir), "-i", str(src_file), "-o", str(out), "-q", "--int8") == 0
     assert len(out.read_text(encoding="utf-8").split("\n")) == 4 and out.read_text().split("\n")[1] == ""
+
+
+def test_the_heap_is_given_back_once_the_last_batch_is_done(model_dir, monkeypatch):
+    """translate ends by returning the C heap's free memory (`io.trim_heap`), once no decoder state is left: a server
+    between requests does not hold its last batch's caches."""
+    from aiayn.decode import translate as translate_module
+    from aiayn.decode.state import DecoderState
+
+    translator = Translator.load(model_dir, batch_size=2)
+    live_states = []
+    monkeypatch.setattr(translate_module, "trim_heap",
+                        lambda: live_states.append(sum(type(o) is DecoderState for o in gc.get_objects())))
+    translator.translate(["A man rides a bike.", "Two dogs play.", "A woman is reading a book."])
+    assert live_states == [0]

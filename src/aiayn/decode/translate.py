@@ -15,6 +15,7 @@ from typing import Any, NamedTuple
 import torch
 
 from ..config import DecodeConfig
+from ..io import trim_heap
 from ..model import Transformer
 from .beam import Hypothesis, beam_search
 from .greedy import greedy_hypotheses
@@ -184,6 +185,7 @@ class Translator:
             src = self._pad([ids[i] for i in batch])
             for i, hyps in zip(batch, self.search(src, config)):
                 out[i] = [Translation(self.tokenizer.decode(h.tokens), h.score, h.log_prob) for h in hyps]
+        trim_heap()  # the last batch's caches, freed into the C heap, back to the system: a server idles smaller
         return out
 
     def translate_stream(self, lines: Iterable[str], chunk: int = 4096, **options: Any) -> Iterator[str]:
