@@ -74,7 +74,29 @@ def test_same_outputs_bit_for_bit_and_the_parameters_on_huge_pages():
     assert huge_kib(first) >= done.moved // 1024 // 2  # most of it on 2 MiB pages (the last page may stay small)
     if done.collapsed:  # MADV_COLLAPSE (Linux 6.1 and later): the 2 MiB blocks inside the matrix, a mapping of their own
         assert huge_kib(-(-where // pages.pmd_size()) * pages.pmd_size()) >= 2048
-    assert "MiB on huge pages" in str(done)
+    assert done.moved // 2 <= done.resident <= done.moved + done.collapsed  # the weights' own memory, not the process's
+    assert str(done) == f"{done.resident / 2**20:,.0f} MiB on huge pages"
+    again = pages.on_huge_pages(m)  # a second call: what the first moved stays, nothing is counted twice
+    assert (again.moved, [p.data_ptr() for p in moved]) == (0, [p.data_ptr() for p in moved])
+    assert again.collapsed <= done.collapsed and torch.equal(logits(m), before)
+
+
+@needs_huge_pages
+def test_inference_tensors_stay_inference_tensors_and_the_rest_stay_as_they_were():
+    """A model made under inference_mode keeps inference tensors (and one made outside it normal ones), whichever
+    mode the call is made in: a parameter changed from one to the other fails at its next use."""
+    with torch.inference_mode():
+        made_inside = model()
+    before = logits(made_inside)
+    pages.on_huge_pages(made_inside)
+    assert all(p.is_inference() for p in made_inside.parameters())
+    assert torch.equal(logits(made_inside), before)
+    made_outside = model()
+    before = logits(made_outside)
+    with torch.inference_mode():
+        done = pages.on_huge_pages(made_outside)
+    assert done.moved > 0 and not any(p.is_inference() for p in made_outside.parameters())
+    assert torch.equal(logits(made_outside), before)
 
 
 @needs_huge_pages
@@ -96,9 +118,26 @@ def test_views_and_shared_storage_stay_where_they_are():
     shared = m.decoder.layers[1].ffn.fc2.weight
     m.kept = shared.detach()  # a second tensor on the same memory: moving the parameter would leave it a copy
     views = m.decoder.layers[0].ffn.fc1.weight.data_ptr(), shared.data_ptr()
+    held = m.decoder.layers[1].ffn.fc1.weight.detach()  # held by the caller, outside the model: PyTorch's use count
     pages.on_huge_pages(m)
     assert (m.decoder.layers[0].ffn.fc1.weight.data_ptr(), shared.data_ptr()) == views
     assert m.kept.data_ptr() == shared.data_ptr()
+    if hasattr(torch._C, "_storage_Use_Count"):
+        assert m.decoder.layers[1].ffn.fc1.weight.data_ptr() == held.data_ptr()
+
+
+def test_a_failure_leaves_the_model_as_it_was_and_says_why(monkeypatch):
+    """No memory for the new mapping (ulimit -v, strict overcommit): Translator.load must not fail for a speed measure."""
+    def no_memory(*args, **kwargs):
+        raise OSError(12, "Cannot allocate memory")
+
+    monkeypatch.setattr(pages.mmap, "mmap", no_memory)
+    monkeypatch.setattr(pages, "why_not", lambda: None)  # as on a host with huge pages
+    m = model()
+    before, where = logits(m), [p.data_ptr() for p in m.parameters()]
+    done = pages.on_huge_pages(m)
+    assert done.moved == 0 and "Cannot allocate memory" in done.why_not
+    assert [p.data_ptr() for p in m.parameters()] == where and torch.equal(logits(m), before)
 
 
 @needs_huge_pages

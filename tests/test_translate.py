@@ -222,9 +222,14 @@ def test_the_heap_is_given_back_once_the_last_batch_is_done(model_dir, monkeypat
     from aiayn.decode import translate as translate_module
     from aiayn.decode.state import DecoderState
 
+    from aiayn.decode.step import TransformerStep
+
     translator = Translator.load(model_dir, batch_size=2)
-    live_states = []
-    monkeypatch.setattr(translate_module, "trim_heap",
-                        lambda: live_states.append(sum(type(o) is DecoderState for o in gc.get_objects())))
+    live = lambda: sum(type(o) is DecoderState for o in gc.get_objects())  # noqa: E731
+    during, at_trim = [], []
+    step = TransformerStep.step
+    monkeypatch.setattr(TransformerStep, "step", lambda self, tokens, cache: (during.append(live()), step(self, tokens, cache))[1])
+    monkeypatch.setattr(translate_module, "trim_heap", lambda: at_trim.append(live()))
     translator.translate(["A man rides a bike.", "Two dogs play.", "A woman is reading a book."])
-    assert live_states == [0]
+    assert during and min(during) >= 1  # the search held its state (its caches) ...
+    assert at_trim == [0]  # ... and the heap was given back once, after the last one was gone
