@@ -82,6 +82,20 @@ def test_same_outputs_bit_for_bit_and_the_parameters_on_huge_pages():
 
 
 @needs_huge_pages
+def test_the_mapping_goes_with_the_last_parameter_on_it():
+    """Once the model is gone its mapping is unmapped, and no longer known as one already moved (a later tensor at
+    the same address is treated as any other)."""
+    import gc
+
+    m = model()
+    assert pages.on_huge_pages(m).moved > 0
+    known = len(pages._AREAS)
+    del m
+    gc.collect()
+    assert len(pages._AREAS) == known - 1
+
+
+@needs_huge_pages
 def test_inference_tensors_stay_inference_tensors_and_the_rest_stay_as_they_were():
     """A model made under inference_mode keeps inference tensors (and one made outside it normal ones), whichever
     mode the call is made in: a parameter changed from one to the other fails at its next use."""

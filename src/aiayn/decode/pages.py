@@ -35,6 +35,7 @@ import math
 import mmap
 import os
 import platform
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -47,7 +48,8 @@ MADV_HUGEPAGE, MADV_COLLAPSE = 14, 25  # Linux's asm-generic values (x86-64 and 
 IN_PLACE_BYTES = 8 << 20  # from this size on a tensor is collapsed where it is, not copied
 SMALLEST = 64 << 10  # smaller tensors (biases, norms) are left where they are
 THP = Path("/sys/kernel/mm/transparent_hugepage")
-_AREAS: set[int] = set()  # the mappings `_move` made (their first address): a later call leaves them as they are
+# The mappings `_move` made, by first address, while a tensor still views them: a later call leaves them as they are.
+_AREAS: weakref.WeakValueDictionary[int, mmap.mmap] = weakref.WeakValueDictionary()
 
 
 @dataclass
@@ -124,21 +126,23 @@ def on_huge_pages(model: nn.Module) -> HugePages:
     why = why_not()
     if why is not None:
         return HugePages(why_not=why)
-    done = HugePages()
+    done, ranges = HugePages(), []
     try:
-        _place(model, done)
+        _place(model, done, ranges)
     except Exception as err:  # optional: decoding goes on with the weights where they are
         done.why_not = f"stopped: {type(err).__name__}: {err}"
+    done.resident = huge_bytes(ranges)
     return done
 
 
-def _place(model: nn.Module, done: HugePages) -> None:
+def _place(model: nn.Module, done: HugePages, ranges: list[tuple[int, int]]) -> None:
+    """The work of `on_huge_pages`, counted in done; the address ranges now on huge pages go into ranges."""
     huge = pmd_size()
     owners: dict[int, dict[int, Tensor]] = {}  # storage address -> the distinct tensors on it, by id
     for t in _tensors(model):
         if t.device.type == "cpu" and t.layout == torch.strided:
             owners.setdefault(t.untyped_storage().data_ptr(), {})[id(t)] = t
-    small, files, ranges = [], _file_mappings(), []
+    small, files = [], _file_mappings()
     for address, on_it in owners.items():
         t, *others = on_it.values()
         nbytes = t.untyped_storage().nbytes()
@@ -154,7 +158,6 @@ def _place(model: nn.Module, done: HugePages) -> None:
     if small:
         done.moved, area = _move(small, huge)
         ranges.append(area)
-    done.resident = huge_bytes(ranges)
 
 
 def _alone(t: Tensor) -> bool:
@@ -215,7 +218,7 @@ def _move(params: list[nn.Parameter], huge: int) -> tuple[int, tuple[int, int]]:
     sizes = [-(-p.numel() * p.element_size() // align) * align for p in params]
     area = mmap.mmap(-1, sum(sizes) + huge, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
     base = torch.frombuffer(area, dtype=torch.uint8)  # (bytes,), holds the mapping
-    _AREAS.add(base.untyped_storage().data_ptr())
+    _AREAS[base.untyped_storage().data_ptr()] = area
     offset = -base.data_ptr() % huge  # the first copy starts a huge page
     _advise(base.data_ptr(), base.numel(), MADV_HUGEPAGE, huge)
     moved = 0
