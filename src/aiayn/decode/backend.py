@@ -29,8 +29,11 @@ logits agree to rounding (tests/test_backend.py), the translations are the same.
 
 from __future__ import annotations
 
+import ctypes
+import functools
 import os
 import time
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
@@ -188,6 +191,7 @@ def measure(config: ModelConfig, rows: int, repeats: int = 3) -> dict[str, float
             seconds["onednn+packed"] = products["packed"] + projection["packed"]
     if "gemv" in products and "onednn" in seconds:
         seconds["onednn+gemv"] = products["gemv"] + projection["gemv"]
+    free_mkl_buffers()  # what MKL kept for its next product: 5-15 MiB at 32-128 rows, on for good where oneDNN wins
     trim_heap()  # and the vocabulary's, before the model loads
     return seconds
 
@@ -250,6 +254,39 @@ def projection_seconds(rows: int, D: int, V: int, repeats: int) -> dict[str, flo
     columns = torch.full((D, V), 0.5).t()  # MKL's layout (layout.column_major), made without a source
     seconds["mkl"] = best_seconds(lambda: x @ columns.t(), repeats)
     return seconds
+
+
+def free_mkl_buffers() -> bool:
+    """Give back the buffers MKL keeps for its next products (MKL's `mkl_free_buffers`); False where this
+    PyTorch has no MKL to ask. MKL packs its operands into buffers from its own pool and keeps them: after
+    `measure` timed it at 32-128 rows, 5-15 MiB stayed resident on a 2-core EPYC host (docs/translation.md,
+    "What measuring the backends leaves"), for good where oneDNN then decodes. MKL frees only buffers no
+    product is using, and allocates them again when it next multiplies."""
+    free = _mkl_free_buffers()
+    if free is None:
+        return False
+    free()
+    return True
+
+
+@functools.lru_cache(maxsize=1)
+def _mkl_free_buffers():
+    """MKL's function that frees its pool, from the library PyTorch already loaded (PyTorch's Linux x86-64
+    builds link MKL into libtorch_cpu.so; other builds may link it dynamically, where the same lookup
+    finds it among that library's dependencies). Nothing is loaded: RTLD_NOLOAD only opens a library
+    the process already has."""
+    if not torch.backends.mkl.is_available() or not hasattr(os, "RTLD_NOLOAD"):
+        return None
+    try:
+        library = ctypes.CDLL(str(Path(torch.__file__).parent / "lib" / "libtorch_cpu.so"), mode=os.RTLD_NOLOAD | os.RTLD_LAZY)
+    except OSError:  # another name (macOS, Windows), or not loaded that way
+        return None
+    for name in ("MKL_Free_Buffers", "mkl_free_buffers", "mkl_serv_free_buffers"):  # mkl_free_buffers() calls the last
+        free = getattr(library, name, None)
+        if free is not None:
+            free.argtypes, free.restype = [], None
+            return free
+    return None
 
 
 def gemv_measured(rows: int) -> bool:
