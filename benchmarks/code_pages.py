@@ -4,7 +4,7 @@
     .venv/bin/python benchmarks/code_pages.py --job greedy-b32 --ops # and each PyTorch operation alone
 
 `benchmarks/translate.py` counts, in its peaks, the pages of each engine's library code that decoding
-touches (its "files" column): 21-25 MiB of libtorch_cpu.so for aiayn against 5-7 MiB of libctranslate2
+touches (its "files" column): 23-26 MiB, most of it libtorch_cpu.so, for aiayn against 5-7 MiB of libctranslate2
 for CTranslate2. This measures what decoding itself touches, once warm. In a fresh process per engine
 (translate.py's model and sources, 2 threads), the model loads and translates a few sentences; then the
 library's executable mapping is dropped from the process's page tables (madvise MADV_DONTNEED: clean pages
@@ -43,10 +43,10 @@ def code_mappings(library: str) -> list[tuple[int, int, float]]:
     """(start, end, resident MiB) of each executable mapping of library whose pages are all the file's."""
     found, current = [], None
     for line in Path("/proc/self/smaps").read_text().splitlines():
-        fields = line.split()
+        fields = line.split(maxsplit=5)  # the path, the sixth field, may hold spaces
         if "-" in fields[0] and len(fields) >= 5 and ":" in fields[3]:  # a mapping's header line
             current = None
-            if len(fields) >= 6 and library in Path(fields[5]).name and "x" in fields[1]:
+            if len(fields) >= 6 and library in Path(fields[5].strip()).name and "x" in fields[1]:
                 start, end = (int(a, 16) for a in fields[0].split("-"))
                 current = [start, end, 0.0, 0]
                 found.append(current)
@@ -116,6 +116,8 @@ def worker(engine: str, job: str, sentences: int, work: Path, ops: bool) -> None
         torch.set_num_threads(bench.THREADS)
         translate = bench.run_aiayn(work, beam, batch_size, sources, engine == "aiayn-int8")
     translate([s[:8] + [bench.EOS] for s in sources[: min(batch_size, 4)]])  # warm, as translate.py does
+    if not code_mappings(library):
+        sys.exit(f"{engine}: no executable mapping of {library} in /proc/self/smaps")
     figures = {"resident after loading and a first batch (the import's pages too)": resident_code(library)}
 
     def stage(name: str, run) -> None:
@@ -129,7 +131,13 @@ def worker(engine: str, job: str, sentences: int, work: Path, ops: bool) -> None
         from aiayn.decode.step import TransformerStep
 
         step = TransformerStep(translate.model)
-        stage("the encoder alone", lambda: [step.start(bench.padded(batch)) for batch in job_batches])
+
+        def encoder() -> None:
+            with torch.inference_mode():  # as the searches run it
+                for batch in job_batches:
+                    step.start(bench.padded(batch))
+
+        stage("the encoder alone", encoder)
         start = TransformerStep.start
 
         def start_then_drop(self, *args, **kwargs):
@@ -143,12 +151,13 @@ def worker(engine: str, job: str, sentences: int, work: Path, ops: bool) -> None
         finally:
             TransformerStep.start = start
         if ops:
-            calls = operations()
-            for call in calls.values():
-                call()  # set-up on first use (oneDNN compiles its kernel) stays out of the figures
-            for name, call in calls.items():
-                stage(f"op: {name}", call)
-            stage("op: all of them, once each", lambda: [call() for call in calls.values()])
+            with torch.inference_mode():  # as decoding calls them
+                calls = operations()
+                for call in calls.values():
+                    call()  # set-up on first use (oneDNN compiles its kernel) stays out of the figures
+                for name, call in calls.items():
+                    stage(f"op: {name}", call)
+                stage("op: all of them, once each", lambda: [call() for call in calls.values()])
     print(json.dumps(figures))
 
 

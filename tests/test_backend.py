@@ -174,7 +174,8 @@ def test_the_measure_gives_back_the_buffers_mkl_kept_for_its_next_product():
     of them stayed resident on a 2-core EPYC host, under a model oneDNN then decodes. Anonymous memory only:
     the library code paged in is not the engine's data."""
     def left(mode):
-        done = subprocess.run([sys.executable, "-c", MEASURE_AT_32_ROWS, mode], capture_output=True, text=True, timeout=300)
+        env = {k: v for k, v in os.environ.items() if k != "MKL_DISABLE_FAST_MM"}  # which would keep no pool at all
+        done = subprocess.run([sys.executable, "-c", MEASURE_AT_32_ROWS, mode], capture_output=True, text=True, timeout=300, env=env)
         assert done.returncode == 0, done.stderr
         return int(done.stdout.split()[-1])
 

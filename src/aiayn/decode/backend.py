@@ -191,7 +191,7 @@ def measure(config: ModelConfig, rows: int, repeats: int = 3) -> dict[str, float
             seconds["onednn+packed"] = products["packed"] + projection["packed"]
     if "gemv" in products and "onednn" in seconds:
         seconds["onednn+gemv"] = products["gemv"] + projection["gemv"]
-    free_mkl_buffers()  # what MKL kept for its next product: 5-15 MiB at 32-128 rows, on for good where oneDNN wins
+    free_mkl_buffers()  # what MKL kept for its next product: 10-17 MiB at 32-128 rows, kept for good where oneDNN wins
     trim_heap()  # and the vocabulary's, before the model loads
     return seconds
 
@@ -259,7 +259,7 @@ def projection_seconds(rows: int, D: int, V: int, repeats: int) -> dict[str, flo
 def free_mkl_buffers() -> bool:
     """Give back the buffers MKL keeps for its next products (MKL's `mkl_free_buffers`); False where this
     PyTorch has no MKL to ask. MKL packs its operands into buffers from its own pool and keeps them: after
-    `measure` timed it at 32-128 rows, 5-15 MiB stayed resident on a 2-core EPYC host (docs/translation.md,
+    `measure` timed it at 32-128 rows, 10-17 MiB stayed resident on a 2-core EPYC host (docs/translation.md,
     "What measuring the backends leaves"), for good where oneDNN then decodes. MKL frees only buffers no
     product is using, and allocates them again when it next multiplies."""
     free = _mkl_free_buffers()
@@ -277,9 +277,14 @@ def _mkl_free_buffers():
     the process already has."""
     if not torch.backends.mkl.is_available() or not hasattr(os, "RTLD_NOLOAD"):
         return None
-    try:
-        library = ctypes.CDLL(str(Path(torch.__file__).parent / "lib" / "libtorch_cpu.so"), mode=os.RTLD_NOLOAD | os.RTLD_LAZY)
-    except OSError:  # another name (macOS, Windows), or not loaded that way
+    library = None
+    for name in ("libtorch_cpu.so", str(Path(torch.__file__).parent / "lib" / "libtorch_cpu.so")):  # by soname, wherever it is
+        try:
+            library = ctypes.CDLL(name, mode=os.RTLD_NOLOAD | os.RTLD_LAZY)
+            break
+        except OSError:  # another name (macOS), or not loaded
+            continue
+    if library is None:
         return None
     for name in ("MKL_Free_Buffers", "mkl_free_buffers", "mkl_serv_free_buffers"):  # mkl_free_buffers() calls the last
         free = getattr(library, name, None)
