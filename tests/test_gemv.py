@@ -114,6 +114,7 @@ def test_greedys_pick_is_torch_max_first_among_equals_and_nan_the_largest(V):
 
     assert torch.equal(greedy.argmax(x)[1], column)
     assert gemv.argmax(x.double()) is None and (V == 1 or gemv.argmax(x[:, ::2]) is None)  # not contiguous float32: topk's
+    assert gemv.argmax(x[:, :0]) is None and gemv.argmax(x.clone().requires_grad_()) is None
 
 
 def test_greedy_search_with_the_c_pick_gives_topks_hypotheses(monkeypatch):

@@ -198,7 +198,9 @@ def _load_argmax():
     library, _ = build(SOURCE)
     if library is None:
         return None
-    function = getattr(library, ARGMAX)
+    function = getattr(library, ARGMAX, None)
+    if function is None:
+        return None
     function.argtypes = [ctypes.c_void_p, ctypes.c_long, ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p]
     function.restype = None
     x = torch.randn(6, 1001, generator=torch.Generator().manual_seed(0))
@@ -217,8 +219,9 @@ def _load_argmax():
 def argmax(x: Tensor) -> tuple[Tensor, Tensor] | None:
     """x.max(dim=1) for x (N, V) float32, contiguous, on the CPU: the largest value of each row and its column (the
     first among equals; a NaN counts the largest), (N, 1) each, by the C pick; None where it is not built or x is
-    not such a tensor."""
-    if x.dim() != 2 or x.dtype != torch.float32 or x.device.type != "cpu" or not x.is_contiguous():
+    not such a tensor (empty rows, or one that tracks a gradient, which the pick would not carry)."""
+    if (x.dim() != 2 or x.size(1) == 0 or x.dtype != torch.float32 or x.device.type != "cpu" or not x.is_contiguous()
+            or x.requires_grad):
         return None
     function = _load_argmax()
     if function is None:
