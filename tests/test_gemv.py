@@ -117,6 +117,29 @@ def test_greedys_pick_is_torch_max_first_among_equals_and_nan_the_largest(V):
     assert gemv.argmax(x[:, :0]) is None and gemv.argmax(x.clone().requires_grad_()) is None
 
 
+def test_what_the_c_writes_is_float32_whatever_torchs_default_dtype():
+    """A process may change torch's default dtype (tests/test_attend.py decodes under float64). The kernels write
+    float32, so every buffer they write is made float32, and their checks at load run in float32."""
+    from aiayn.decode.projection import LogitsBuffer
+
+    generator = torch.Generator().manual_seed(0)
+    x, W = torch.randn(3, 1000, generator=generator), torch.randn(50, 1000, generator=generator)
+    layer = torch.nn.Linear(1000, 50)
+    fast = gemv.GemvLinear(layer)
+    torch.set_default_dtype(torch.float64)
+    try:
+        gemv._load.cache_clear(), gemv._load_argmax.cache_clear()  # the checks run again, under float64
+        best, column = gemv.argmax(x)
+        product, out = gemv.product(x[:2], W), fast(x[:2])
+        logits = LogitsBuffer().rows(2, 10, torch.device("cpu"))
+    finally:
+        torch.set_default_dtype(torch.float32)
+    values, indices = x.max(dim=1)
+    assert best.dtype == torch.float32 and torch.equal(best[:, 0], values) and torch.equal(column[:, 0], indices)
+    assert product.dtype == out.dtype == logits.dtype == torch.float32
+    assert torch.allclose(product, x[:2] @ W.t(), atol=1e-4) and torch.allclose(out, layer(x[:2]), atol=1e-4)
+
+
 def test_greedy_search_with_the_c_pick_gives_topks_hypotheses(monkeypatch):
     """On a model's real log-probabilities (no exact ties) the pick changes nothing: greedy's hypotheses and their
     log-probabilities are the same with it and with topk."""

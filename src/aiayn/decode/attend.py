@@ -56,15 +56,16 @@ def _load() -> tuple[tuple | None, str | None]:
 def _check(self_attention, source_attention) -> str | None:
     """None where both kernels give PyTorch's attention on odd shapes, else what disagreed."""
     generator = torch.Generator().manual_seed(0)
+    randn = functools.partial(torch.randn, generator=generator, dtype=torch.float32)  # float32 whatever the default
     for N, R, h, t, d_k, d_v in ((1, 1, 1, 1, 8, 8), (3, 5, 2, 7, 16, 24), (4, 4, 3, 33, 9, 5)):
-        k, v = torch.randn(t + 2, R, h, d_k, generator=generator), torch.randn(t + 2, R, h, d_v, generator=generator)
+        k, v = randn(t + 2, R, h, d_k), randn(t + 2, R, h, d_v)
         table = torch.randint(0, R, (t + 2, R), generator=generator)
-        q = torch.randn(N, h, d_k, generator=generator)
+        q = randn(N, h, d_k)
         if not torch.allclose(_self(self_attention, q, k, v, table, t), reference(q, k, v, table, t), atol=1e-5, rtol=1e-4):
             return f"{SOURCE.name} disagreed with PyTorch's attention on a check (N={N}, h={h}, t={t})"
     for B, K, h, S, d_k, d_v in ((1, 1, 1, 1, 8, 8), (3, 2, 2, 9, 16, 24), (2, 4, 3, 33, 9, 5)):
-        q = torch.randn(B * K, h, d_k, generator=generator)
-        k, v = torch.randn(B, h, S, d_k, generator=generator), torch.randn(B, h, S, d_v, generator=generator)
+        q = randn(B * K, h, d_k)
+        k, v = randn(B, h, S, d_k), randn(B, h, S, d_v)
         mask = torch.arange(S) < torch.randint(1, S + 1, (B, 1), generator=generator)  # (B, S), at least one True
         if not torch.allclose(_source(source_attention, q, k, v, mask), source_reference(q, k, v, mask), atol=1e-5, rtol=1e-4):
             return f"{SOURCE.name} disagreed with PyTorch's attention on a check (B={B}, K={K}, S={S})"

@@ -184,8 +184,8 @@ def _load() -> tuple[object | None, str | None]:
     function.restype = None
     generator = torch.Generator().manual_seed(0)
     for M, N, K in ((1, 37, 50), (3, 70, 64), (4, 129, 33)):  # odd shapes: every tail of gemv.c
-        x, W, b = (torch.randn(*shape, generator=generator) for shape in ((M, K), (N, K), (N,)))
-        y = torch.empty(M, N)
+        x, W, b = (torch.randn(*shape, generator=generator, dtype=torch.float32) for shape in ((M, K), (N, K), (N,)))
+        y = torch.empty(M, N, dtype=torch.float32)
         function(x.data_ptr(), W.data_ptr(), b.data_ptr(), y.data_ptr(), M, N, K, torch.get_num_threads())
         if not torch.allclose(y, torch.addmm(b, x, W.t()), atol=1e-4, rtol=1e-4):
             return None, f"{SOURCE.name}'s product disagreed with PyTorch's on a ({M}, {K}) x ({N}, {K}) check"
@@ -201,15 +201,15 @@ def _load_argmax():
     function = getattr(library, ARGMAX, None)
     if function is None:
         return None
-    function.argtypes = [ctypes.c_void_p, ctypes.c_long, ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p]
+    function.argtypes = [ctypes.c_void_p, ctypes.c_long, ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int]
     function.restype = None
-    x = torch.randn(6, 1001, generator=torch.Generator().manual_seed(0))
+    x = torch.randn(6, 1001, generator=torch.Generator().manual_seed(0), dtype=torch.float32)
     x[1, [3, 700]] = 9.0  # equals: the first column
     x[2] = float("-inf")  # every piece banned
     x[3, 500], x[4, [7, 900]], x[4, 10] = float("nan"), float("nan"), 99.0  # a NaN counts the largest
     x[5, 1000] = 9.0  # the last column
-    best, column = torch.empty(6), torch.empty(6, dtype=torch.long)
-    function(x.data_ptr(), 6, 1001, best.data_ptr(), column.data_ptr())
+    best, column = torch.empty(6, dtype=torch.float32), torch.empty(6, dtype=torch.long)
+    function(x.data_ptr(), 6, 1001, best.data_ptr(), column.data_ptr(), torch.get_num_threads())
     values, indices = x.max(dim=1)
     if not (torch.equal(column, indices) and torch.allclose(best, values, equal_nan=True)):
         return None
@@ -227,8 +227,8 @@ def argmax(x: Tensor) -> tuple[Tensor, Tensor] | None:
     if function is None:
         return None
     N, V = x.shape
-    best, column = torch.empty(N, 1), torch.empty(N, 1, dtype=torch.long)
-    function(x.data_ptr(), N, V, best.data_ptr(), column.data_ptr())
+    best, column = torch.empty(N, 1, dtype=torch.float32), torch.empty(N, 1, dtype=torch.long)  # float32 whatever the default
+    function(x.data_ptr(), N, V, best.data_ptr(), column.data_ptr(), torch.get_num_threads())
     return best, column
 
 
@@ -249,7 +249,7 @@ def product(x: Tensor, weight: Tensor, bias: Tensor | None = None, out: Tensor |
         raise RuntimeError(f"aiayn's product is not available here: {why_not()}")
     M, K = x.shape
     N = weight.size(0)
-    out = torch.empty(M, N) if out is None else out
+    out = torch.empty(M, N, dtype=torch.float32) if out is None else out
     if (not takes(weight, bias) or weight.size(1) != K or out.shape != (M, N) or M > MAX_ROWS
             or any(t.dtype != torch.float32 or t.device.type != "cpu" or not t.is_contiguous() for t in (x, out))):
         raise ValueError(f"gemv.product: x {tuple(x.shape)}, W {tuple(weight.shape)}: not float32 (M <= {MAX_ROWS}, K) "
@@ -305,7 +305,7 @@ class GemvLinear(nn.Module):
 
             return onednn_linear(x, weight, bias)
         flat = x if x.dim() == 2 else x.reshape(rows, K)  # (M, K): a step's rows (`layer_step`) as they are
-        out = _multiply(flat.contiguous(), weight, bias, torch.empty(rows, self.out_features))
+        out = _multiply(flat.contiguous(), weight, bias, torch.empty(rows, self.out_features, dtype=torch.float32))
         return out if x.dim() == 2 else out.view(*x.shape[:-1], self.out_features)
 
 

@@ -24,7 +24,7 @@ class LogitsBuffer:
     def rows(self, n: int, vocab: int, device: torch.device) -> Tensor:
         b = self.buffer
         if b is None or b.size(0) < n or b.size(1) != vocab or b.device != device:
-            self.buffer = b = torch.empty(n, vocab, device=device)
+            self.buffer = b = torch.empty(n, vocab, dtype=torch.float32, device=device)  # whatever the default dtype
         return b[:n]
 
 
