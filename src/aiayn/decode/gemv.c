@@ -37,7 +37,7 @@ void aiayn_gemv_f32(const float *x, const float *W, const float *b, float *y, lo
  * torch.max(x, dim=1) gives them: the first column among equals, and a NaN counted the largest (the first NaN).
  * One vectorised pass for the maximum, then the first block of 64 that holds it (vectorised too), then that
  * block: 4 µs a row of 58,101 on a 2-core EPYC host, where a plain search for the first equal took 17. Inside a
- * batch-1 step PyTorch's topk took about 170 µs, this about 30 (docs/translation.md, "Greedy's pick in C").
+ * batch-1 step PyTorch's topk took 170-250 µs, this 30-60 (docs/translation.md, "Greedy's pick in C").
  *
  *   x (N, V) float32, contiguous; best (N) float32, column (N) int64; from 8 rows on, the rows on `threads` threads.
  */
