@@ -40,7 +40,8 @@ MADV_DONTNEED = 4
 
 
 def code_mappings(library: str) -> list[tuple[int, int, float]]:
-    """(start, end, resident MiB) of each executable mapping of library whose pages are all the file's."""
+    """(start, end, resident MiB) of each executable mapping of library whose pages are all the file's. Read here,
+    not with `aiayn.io.mappings`: CTranslate2's worker runs without torch, which importing aiayn would load."""
     found, current = [], None
     for line in Path("/proc/self/smaps").read_text().splitlines():
         fields = line.split(maxsplit=5)  # the path, the sixth field, may hold spaces
@@ -108,14 +109,7 @@ def worker(engine: str, job: str, sentences: int, work: Path, ops: bool) -> None
         importlib.import_module(module)
     beam, batch_size = bench.JOBS[job]
     sources = json.loads((work / "sources.json").read_text())[:sentences]
-    if kind == "ct2":
-        translate = bench.run_ct2(work, beam, batch_size, sources, engine.split("-")[1])
-    else:
-        import torch
-
-        torch.set_num_threads(bench.THREADS)
-        translate = bench.run_aiayn(work, beam, batch_size, sources, engine == "aiayn-int8")
-    translate([s[:8] + [bench.EOS] for s in sources[: min(batch_size, 4)]])  # warm, as translate.py does
+    translate = bench.loaded(engine, work, beam, batch_size, sources)  # as translate.py's worker loads and warms it
     if not code_mappings(library):
         sys.exit(f"{engine}: no executable mapping of {library} in /proc/self/smaps")
     figures = {"resident after loading and a first batch (the import's pages too)": resident_code(library)}
@@ -128,6 +122,8 @@ def worker(engine: str, job: str, sentences: int, work: Path, ops: bool) -> None
     job_batches = bench.batches(sources, batch_size)
     stage("the whole job", lambda: [translate(batch) for batch in job_batches])
     if kind == "aiayn":
+        import torch
+
         from aiayn.decode.step import TransformerStep
 
         step = TransformerStep(translate.model)

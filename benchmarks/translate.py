@@ -141,7 +141,6 @@ def run_aiayn(work: Path, beam: int, batch_size: int, sources: list[list[int]], 
         model = quantize_int8(load_marian_model(work / "marian", unk_id=UNK, read=maps.read), release=maps.release)
         maps.detach(model)
         for_decoding(model)
-        pages = on_huge_pages(model)
     else:  # the GEMM backend measured on the model's shapes (or AIAYN_GEMM), as Translator.load chooses it
         from aiayn.decode import backend
         from aiayn.decode.layout import for_decoding_mapped, reader
@@ -152,7 +151,7 @@ def run_aiayn(work: Path, beam: int, batch_size: int, sources: list[list[int]], 
         gemm, maps = backend.choose(config, rows), MappedReads()
         model = load_marian_model(work / "marian", unk_id=UNK, read=reader(gemm, config.target_vocab_size, maps))
         gemm = for_decoding_mapped(model, gemm, rows, maps)
-        pages = on_huge_pages(model)  # last, as Translator.load does
+    pages = on_huge_pages(model)  # last, as Translator.load does
 
     search = forced_search(model, beam)
 
@@ -204,26 +203,31 @@ RUNTIMES = {  # what each engine imports before it loads weights: its runtime's 
 }
 
 
+def loaded(engine: str, work: Path, beam: int, batch_size: int, sources: list[list[int]]):
+    """engine's translate function in this process, on `THREADS` threads, loaded and warmed up (untimed)."""
+    if not engine.startswith("ct2"):
+        import torch
+
+        torch.set_num_threads(THREADS)
+    if engine == "hf":
+        translate = run_hf(work, beam, batch_size, sources)
+    elif engine.startswith("ct2"):
+        translate = run_ct2(work, beam, batch_size, sources, engine.split("-")[1])
+    else:
+        translate = run_aiayn(work, beam, batch_size, sources, engine == "aiayn-int8")
+    translate([s[:8] + [EOS] for s in sources[: min(batch_size, 4)]])  # warm-up
+    return translate
+
+
 def worker(args: argparse.Namespace) -> None:
     """One engine, one job, in this fresh process: prints its timing and peak memory as JSON."""
     for module in RUNTIMES[args.worker.split("-")[0]]:  # CTranslate2 runs without torch, as its users would
         importlib.import_module(module)
     runtime_mib = resident_mib("VmRSS")
     runtime_split = {field: resident_mib(field) for field in ("RssAnon", "RssFile")}
-    if not args.worker.startswith("ct2"):
-        import torch
-
-        torch.set_num_threads(THREADS)
     beam, batch_size = JOBS[args.job]
     sources = json.loads((args.work / "sources.json").read_text())[: args.sentences]
-    engine = args.worker
-    if engine == "hf":
-        translate = run_hf(args.work, beam, batch_size, sources)
-    elif engine.startswith("ct2"):
-        translate = run_ct2(args.work, beam, batch_size, sources, engine.split("-")[1])
-    else:
-        translate = run_aiayn(args.work, beam, batch_size, sources, engine == "aiayn-int8")
-    translate([s[:8] + [EOS] for s in sources[: min(batch_size, 4)]])  # warm-up, untimed
+    translate = loaded(args.worker, args.work, beam, batch_size, sources)
     outputs, batch_rss, start = [], [], time.perf_counter()
     for batch in batches(sources, batch_size):
         outputs += translate(batch)

@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import ctypes
+import functools
 import json
 import math
 import mmap
@@ -17,7 +18,7 @@ import warnings
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from safetensors.torch import save_model as _save_weights
@@ -157,10 +158,49 @@ def trim_heap() -> None:
         _malloc_trim(0)
 
 
-try:
-    _malloc_trim = ctypes.CDLL(None).malloc_trim  # the C library this process already has: nothing new is loaded
-except (OSError, AttributeError):  # not glibc (musl, macOS, Windows)
-    _malloc_trim = None
+@functools.lru_cache(maxsize=1)
+def libc() -> ctypes.CDLL | None:
+    """The C library this process already has (nothing new is loaded), madvise's argument types set; None where
+    there is none to ask (Windows)."""
+    try:
+        library = ctypes.CDLL(None, use_errno=True)
+    except OSError:
+        return None
+    if hasattr(library, "madvise"):
+        library.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+        library.madvise.restype = ctypes.c_int
+    return library
+
+
+_malloc_trim = getattr(libc(), "malloc_trim", None)  # glibc's; not in musl, macOS or Windows
+
+
+class Mapping(NamedTuple):
+    """One of this process's memory mappings: [start, end), its permissions ("r-xp"), the file's inode ("0" for
+    anonymous memory), its path ("" for none), and with details /proc/self/smaps's figures in kB ("Rss", ...)."""
+
+    start: int
+    end: int
+    perms: str
+    inode: str
+    path: str
+    kib: dict[str, int]
+
+
+def mappings(details: bool = False) -> list[Mapping]:
+    """This process's memory mappings in address order, from /proc/self/maps, or with details from /proc/self/smaps
+    (each mapping's figures in kB). Linux only: OSError elsewhere."""
+    found: list[Mapping] = []
+    for line in Path("/proc/self/smaps" if details else "/proc/self/maps").read_text(errors="replace").splitlines():
+        fields = line.split(maxsplit=5)  # address, perms, offset, device, inode, path (which may hold spaces)
+        if not fields:
+            continue
+        if not fields[0].endswith(":"):  # a mapping's first line; smaps's figures follow as "Name: value kB"
+            start, end = (int(a, 16) for a in fields[0].split("-"))
+            found.append(Mapping(start, end, fields[1], fields[4], fields[5].strip() if len(fields) == 6 else "", {}))
+        elif found and len(fields) > 1 and fields[1].isdigit():
+            found[-1].kib[fields[0][:-1]] = int(fields[1])
+    return found
 
 
 class MappedReads:

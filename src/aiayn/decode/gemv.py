@@ -35,6 +35,7 @@ import torch
 from torch import Tensor, nn
 
 from ..files import temporary_beside
+from ..io import mappings
 from .projection import BufferedProjection
 
 SOURCE = Path(__file__).with_name("gemv.c")
@@ -59,9 +60,7 @@ def _libgomp() -> str | None:
     to (`_openmp_of`); where that cannot be asked, the one inside PyTorch's folders (`torch/lib`, `torch.libs`),
     else the only one loaded. A PyTorch on another OpenMP (Intel's or LLVM's) gets None."""
     loaded = []
-    for line in Path("/proc/self/maps").read_text(errors="replace").splitlines():
-        fields = line.split(maxsplit=5)  # address, perms, offset, device, inode, path
-        path = fields[5] if len(fields) == 6 else ""
+    for path in (m.path for m in mappings()):
         if ".so" in path and path not in loaded and os.path.isfile(path):
             loaded.append(path)
     torch_cpu = next((p for p in loaded if os.path.basename(p).startswith("libtorch_cpu")), None)

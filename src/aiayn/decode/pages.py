@@ -29,7 +29,6 @@ writes the whole mapping, as for any view; `io.save_model` is for models before 
 from __future__ import annotations
 
 import bisect
-import ctypes
 import functools
 import math
 import mmap
@@ -42,7 +41,7 @@ from pathlib import Path
 import torch
 from torch import Tensor, nn
 
-from ..io import trim_heap
+from ..io import libc, mappings, trim_heap
 
 MADV_HUGEPAGE, MADV_COLLAPSE = 14, 25  # Linux's asm-generic values (x86-64 and AArch64 use them)
 IN_PLACE_BYTES = 8 << 20  # from this size on a tensor is collapsed where it is, not copied
@@ -74,7 +73,7 @@ def why_not() -> str | None:
         return "AIAYN_HUGE_PAGES=0"
     if platform.system() != "Linux" or platform.machine() not in ("x86_64", "aarch64"):
         return "only on Linux, x86-64 or AArch64"
-    if _libc() is None:
+    if not hasattr(libc(), "madvise"):
         return "no madvise in the C library"
     if mmap.PAGESIZE != 4096:  # 16 or 64 KiB pages (some AArch64 kernels): a huge page of 32 or 512 MiB
         return f"pages of {mmap.PAGESIZE // 1024} KiB: huge pages there would hold far more than the weights"
@@ -92,6 +91,7 @@ def why_not() -> str | None:
     return None
 
 
+@functools.lru_cache(maxsize=1)
 def pmd_size() -> int:
     """The size of a huge page: 2 MiB on x86-64 (and AArch64 with 4 KiB pages)."""
     try:
@@ -100,22 +100,11 @@ def pmd_size() -> int:
         return 2 << 20
 
 
-@functools.lru_cache(maxsize=1)
-def _libc():
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-        libc.madvise.restype = ctypes.c_int
-        return libc
-    except (OSError, AttributeError):
-        return None
-
-
 def _advise(address: int, nbytes: int, advice: int, huge: int) -> bool:
     """madvise over the huge-page-aligned part of [address, address + nbytes); whether it took."""
     first = -(-address // huge) * huge
     last = (address + nbytes) // huge * huge
-    return last > first and _libc().madvise(first, last - first, advice) == 0
+    return last > first and libc().madvise(first, last - first, advice) == 0
 
 
 @torch.no_grad()
@@ -181,13 +170,7 @@ def _inside(address: int, ranges: list[tuple[int, int]]) -> bool:
 
 def _file_mappings() -> list[tuple[int, int]]:
     """The address ranges of this process's mappings of files (/proc/self/maps, in address order), left alone."""
-    ranges = []
-    for line in Path("/proc/self/maps").read_text(errors="replace").splitlines():
-        fields = line.split(maxsplit=5)  # address, perms, offset, device, inode, path
-        if len(fields) == 6 and fields[4] != "0":  # an inode: a file (anonymous memory and [heap] have none)
-            first, last = fields[0].split("-")
-            ranges.append((int(first, 16), int(last, 16)))
-    return ranges
+    return [(m.start, m.end) for m in mappings() if m.inode != "0"]  # an inode: a file ([heap] and anonymous have none)
 
 
 def _tensors(model: nn.Module):
@@ -238,15 +221,8 @@ def _move(params: list[nn.Parameter], huge: int) -> tuple[int, tuple[int, int]]:
 def huge_bytes(ranges: list[tuple[int, int]]) -> int:
     """The bytes on huge pages in the mappings inside ranges (/proc/self/smaps; madvise split them at the ranges'
     2 MiB boundaries, so those mappings are the weights' own), 0 if unknown."""
-    total, inside = 0, False
     try:
-        for line in Path("/proc/self/smaps").read_text().splitlines():
-            head = line.split(maxsplit=1)[0] if line else ""
-            if "-" in head and ":" not in head:
-                first, last = (int(a, 16) for a in head.split("-"))
-                inside = any(lo <= first and last <= hi for lo, hi in ranges)
-            elif inside and line.startswith("AnonHugePages:"):
-                total += int(line.split()[1]) * 1024
+        return sum(m.kib.get("AnonHugePages", 0) * 1024 for m in mappings(details=True)
+                   if any(lo <= m.start and m.end <= hi for lo, hi in ranges))
     except (OSError, ValueError, IndexError):
         return 0
-    return total
