@@ -85,6 +85,7 @@ def beam_search(model: Transformer | StepModel, src: Tensor, config: DecodeConfi
             k = log_probs.size(0) // state.limits.size(0)
             force_eos(log_probs, (t + 1 >= state.limits).repeat_interleave(k), model.eos_id)
         state, rows = _advance(state, log_probs, t, K, model.eos_id, config)
+        del log_probs  # before the next step's are made: one (B*k, V) tensor alive at a time, not two
         done = _is_done(state, t, config)
         sentences = None  # every sentence stays, unless some are done
         if done.any():

@@ -73,6 +73,7 @@ def one_path(step: StepModel, src: Tensor, limits: Tensor,
         if forced_eos:
             force_eos(log_probs, t + 1 >= limits[alive], step.eos_id)
         picked, tokens = choose(log_probs)  # (B', 1) each
+        del log_probs  # before the next step's are made: one (B', V) tensor alive at a time, not two
         history[alive, t] = tokens[:, 0]
         log_prob[alive] += picked[:, 0]
         length[alive] = t + 1
