@@ -86,18 +86,24 @@ def test_each_backend_forced_gives_the_same_translations_and_logits(model_dir, m
 
 
 @pytest.mark.parametrize("packed_rows", [None, 4])
-def test_a_row_bucketed_product_is_the_plain_product_of_each_row(packed_rows):
-    """Padded to a multiple of ROW_BUCKET rows up to BUCKETED_ROWS (a few compiled shapes for every batch's
-    token count), the rows given are those of x W^T + b, in x's shape."""
+def test_a_row_bucketed_product_is_the_plain_product_of_each_row(packed_rows, monkeypatch):
+    """Run BUCKETED_ROWS rows at a time, each piece padded to a multiple of ROW_BUCKET rows (a few compiled
+    shapes for every batch's token count), the rows given are those of x W^T + b, in x's shape; oneDNN is
+    never asked for another row count."""
     torch.manual_seed(0)
     linear = torch.nn.Linear(48, 40)
     bucketed = backend.OneDnnLinear(linear, packed_rows, bucketed=True)
-    for shape in [(1, 48), (9, 48), (16, 48), (3, 7, 48), (backend.BUCKETED_ROWS + 1, 48), (2, 0, 48)]:
+    asked, product = [], backend.onednn_linear
+    monkeypatch.setattr(backend, "onednn_linear", lambda x, w, b: asked.append(x.numel() // x.size(-1)) or product(x, w, b))
+    many = 2 * backend.BUCKETED_ROWS
+    for shape in [(1, 48), (9, 48), (16, 48), (3, 7, 48), (backend.BUCKETED_ROWS + 1, 48), (many, 48), (many + 5, 48),
+                  (4, 83, 48), (2, 0, 48)]:
         x = torch.randn(shape)
         with torch.inference_mode():
             y = bucketed(x)
         assert y.shape == (*shape[:-1], 40) and y.is_contiguous()
         torch.testing.assert_close(y, linear(x), atol=1e-5, rtol=1e-5)
+    assert set(asked) <= set(range(backend.ROW_BUCKET, backend.BUCKETED_ROWS + 1, backend.ROW_BUCKET)) | {0}
 
 
 def test_auto_measures_both_and_takes_the_faster(model_dir, monkeypatch):

@@ -73,7 +73,10 @@ FEW_ROWS = 32  # up to this many rows a step's products are bound by memory: `me
 # batch of one sentence, and 16 sentences of opus-mt at batch 1 grew the process by 19 MiB. Up to
 # `BUCKETED_ROWS` rows those products run padded to a multiple of `ROW_BUCKET` rows (each row of x W^T is
 # its own), so at most a few shapes are compiled; the padding rows cost next to nothing there, where the
-# products are bound by reading the matrices.
+# products are bound by reading the matrices. More rows run `BUCKETED_ROWS` at a time, the last piece padded
+# the same way: the encoder of a batch of 32 runs in groups of 8 sentences (`TransformerStep.encode_by_length`),
+# 8 x length rows, and products of each such count filled oneDNN's 64-entry cache, 10 MiB more than these
+# pieces keep (docs/translation.md, "Long products in pieces").
 ROW_BUCKET = 16
 BUCKETED_ROWS = 128
 
@@ -105,9 +108,9 @@ class OneDnnLinear(nn.Module):
     """nn.Linear's product on oneDNN, with the layer's own bias and weight (inference only).
 
     With rows, the weight is packed once for oneDNN's product with about that many rows and held only
-    so: an opaque tensor (not a parameter) that nothing but oneDNN reads. With bucketed, products of up to
-    `BUCKETED_ROWS` rows run padded to a multiple of `ROW_BUCKET` rows (for the products of a batch's every
-    token, whose row counts vary from batch to batch).
+    so: an opaque tensor (not a parameter) that nothing but oneDNN reads. With bucketed, products run
+    `BUCKETED_ROWS` rows at a time, each piece padded to a multiple of `ROW_BUCKET` rows (for the products of
+    a batch's every token, whose row counts vary from batch to batch): oneDNN compiles a few shapes only.
     """
 
     def __init__(self, linear: nn.Linear, rows: int | None = None, bucketed: bool = False):
@@ -121,13 +124,21 @@ class OneDnnLinear(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         weight = self.weight if self.packed is None else self.packed
-        if self.bucketed:
-            rows = x.numel() // self.in_features
-            padded = -rows % ROW_BUCKET if rows <= BUCKETED_ROWS else 0
-            if padded:
-                flat = torch.cat([x.reshape(rows, self.in_features), x.new_zeros(padded, self.in_features)])  # (R', in)
-                return onednn_linear(flat, weight, self.bias)[:rows].view(*x.shape[:-1], self.out_features)  # (..., out)
-        return onednn_linear(x, weight, self.bias)
+        rows = x.numel() // self.in_features
+        if not self.bucketed or rows == 0 or (rows <= BUCKETED_ROWS and rows % ROW_BUCKET == 0):
+            return onednn_linear(x, weight, self.bias)
+        flat = x.reshape(rows, self.in_features)  # (R, in)
+        pieces = [self.bucket(piece, weight) for piece in flat.split(BUCKETED_ROWS)]  # (<= BUCKETED_ROWS, out) each
+        y = pieces[0] if len(pieces) == 1 else torch.cat(pieces)  # (R, out)
+        return y.view(*x.shape[:-1], self.out_features)
+
+    def bucket(self, x: Tensor, weight: Tensor) -> Tensor:
+        """x (r, in), r <= BUCKETED_ROWS, times the weight, padded to a multiple of ROW_BUCKET rows: (r, out)."""
+        padded = -x.size(0) % ROW_BUCKET
+        if padded:
+            x = torch.cat([x, x.new_zeros(padded, self.in_features)])  # (r', in)
+        y = onednn_linear(x, weight, self.bias)  # (r', out)
+        return y[: y.size(0) - padded] if padded else y
 
 
 class OneDnnProjection(nn.Module):
