@@ -12,6 +12,10 @@ of the file, which the next call maps again from the page cache; a mapping with 
 own is left alone) and a stage runs, and /proc/self/smaps says how much came back:
 
 - "the whole job": the job's batches, as translate.py times them;
+- "of that, the pages the job touches": the same batches again, with every page's accessed bit cleared first
+  (/proc/self/clear_refs), then smaps' Referenced. The kernel maps code in blocks around each page a call
+  faults in (its fault-around, 64 KiB by default), so the whole job's figure counts the pages next to the ones
+  decoding runs; this one counts the pages it runs;
 - aiayn only, "the encoder alone": `TransformerStep.start` for each batch (the encoder, the encoder-decoder
   attention's keys and values, the empty caches);
 - aiayn only, "the steps and search alone": dropped again as each batch's `start` returns, so the figure is
@@ -39,9 +43,10 @@ LIBRARIES = {"aiayn": "libtorch_cpu.so", "ct2": "libctranslate2"}  # the part of
 MADV_DONTNEED = 4
 
 
-def code_mappings(library: str) -> list[tuple[int, int, float]]:
-    """(start, end, resident MiB) of each executable mapping of library whose pages are all the file's. Read here,
-    not with `aiayn.io.mappings`: CTranslate2's worker runs without torch, which importing aiayn would load."""
+def code_mappings(library: str) -> list[tuple[int, int, float, float]]:
+    """(start, end, resident MiB, referenced MiB) of each executable mapping of library whose pages are all the
+    file's. Read here, not with `aiayn.io.mappings`: CTranslate2's worker runs without torch, which importing aiayn
+    would load."""
     found, current = [], None
     for line in Path("/proc/self/smaps").read_text().splitlines():
         fields = line.split(maxsplit=5)  # the path, the sixth field, may hold spaces
@@ -49,24 +54,29 @@ def code_mappings(library: str) -> list[tuple[int, int, float]]:
             current = None
             if len(fields) >= 6 and library in Path(fields[5].strip()).name and "x" in fields[1]:
                 start, end = (int(a, 16) for a in fields[0].split("-"))
-                current = [start, end, 0.0, 0]
+                current = [start, end, 0.0, 0.0, 0]
                 found.append(current)
-        elif current is not None and fields[0] == "Rss:":
-            current[2] = int(fields[1]) / 1024
+        elif current is not None and fields[0] in ("Rss:", "Referenced:"):
+            current[2 if fields[0] == "Rss:" else 3] = int(fields[1]) / 1024
         elif current is not None and fields[0] == "Anonymous:":
-            current[3] = int(fields[1])
-    return [(start, end, rss) for start, end, rss, anonymous in found if anonymous == 0]
+            current[4] = int(fields[1])
+    return [(start, end, rss, referenced) for start, end, rss, referenced, anonymous in found if anonymous == 0]
 
 
 def resident_code(library: str) -> float:
-    return sum(rss for _, _, rss in code_mappings(library))
+    return sum(rss for _, _, rss, _ in code_mappings(library))
+
+
+def referenced_code(library: str) -> float:
+    """MiB of library's code pages touched since `/proc/self/clear_refs` was last written (their accessed bits)."""
+    return sum(referenced for *_, referenced in code_mappings(library))
 
 
 def drop(library: str) -> None:
     """Take library's code out of this process's page tables; the next call into it maps it back page by page."""
     madvise = ctypes.CDLL(None, use_errno=True).madvise
     madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-    for start, end, _ in code_mappings(library):
+    for start, end, *_ in code_mappings(library):
         if madvise(start, end - start, MADV_DONTNEED) != 0:
             raise OSError(ctypes.get_errno(), f"madvise on {library}'s code")
 
@@ -121,6 +131,10 @@ def worker(engine: str, job: str, sentences: int, work: Path, ops: bool) -> None
 
     job_batches = bench.batches(sources, batch_size)
     stage("the whole job", lambda: [translate(batch) for batch in job_batches])
+    Path("/proc/self/clear_refs").write_text("1")  # every page's accessed bit cleared; the mapped pages stay mapped
+    for batch in job_batches:
+        translate(batch)
+    figures["of that, the pages the job touches (a second pass: accessed bits)"] = referenced_code(library)
     if kind == "aiayn":
         import torch
 
