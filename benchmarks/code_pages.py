@@ -11,11 +11,13 @@ library's executable mapping is dropped from the process's page tables (madvise 
 of the file, which the next call maps again from the page cache; a mapping with copy-on-write pages of its
 own is left alone) and a stage runs, and /proc/self/smaps says how much came back:
 
-- "the whole job": the job's batches, as translate.py times them;
-- "of that, the pages the job touches": the same batches again, with every page's accessed bit cleared first
-  (/proc/self/clear_refs), then smaps' Referenced. The kernel maps code in blocks around each page a call
-  faults in (its fault-around, 64 KiB by default), so the whole job's figure counts the pages next to the ones
-  decoding runs; this one counts the pages it runs;
+- "the whole job": the job's batches, as translate.py times them (code that runs once, such as oneDNN
+  compiling a kernel for a new shape, included);
+- "the whole job again, warm": the same batches, dropped again first: only code that every pass runs;
+- "of that, the pages the job runs": the same batches a third time, with every page's accessed bit cleared
+  first (/proc/self/clear_refs; the mapped pages stay mapped), then smaps' Referenced. The kernel maps code in
+  blocks around each page a call faults in (its fault-around, 64 KiB by default), so the warm pass's figure
+  counts the pages next to the ones decoding runs, and this one the pages it runs;
 - aiayn only, "the encoder alone": `TransformerStep.start` for each batch (the encoder, the encoder-decoder
   attention's keys and values, the empty caches);
 - aiayn only, "the steps and search alone": dropped again as each batch's `start` returns, so the figure is
@@ -131,10 +133,11 @@ def worker(engine: str, job: str, sentences: int, work: Path, ops: bool) -> None
 
     job_batches = bench.batches(sources, batch_size)
     stage("the whole job", lambda: [translate(batch) for batch in job_batches])
+    stage("the whole job again, warm", lambda: [translate(batch) for batch in job_batches])  # no first-time code
     Path("/proc/self/clear_refs").write_text("1")  # every page's accessed bit cleared; the mapped pages stay mapped
     for batch in job_batches:
         translate(batch)
-    figures["of that, the pages the job touches (a second pass: accessed bits)"] = referenced_code(library)
+    figures["of that, the pages the job runs (a third pass: accessed bits)"] = referenced_code(library)
     if kind == "aiayn":
         import torch
 

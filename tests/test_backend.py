@@ -96,9 +96,10 @@ def test_a_row_bucketed_product_is_the_plain_product_of_each_row(packed_rows, mo
     asked, product = [], backend.onednn_linear
     monkeypatch.setattr(backend, "onednn_linear", lambda x, w, b: asked.append(x.numel() // x.size(-1)) or product(x, w, b))
     many = 2 * backend.BUCKETED_ROWS
-    for shape in [(1, 48), (9, 48), (16, 48), (3, 7, 48), (backend.BUCKETED_ROWS + 1, 48), (many, 48), (many + 5, 48),
-                  (4, 83, 48), (2, 0, 48)]:
-        x = torch.randn(shape)
+    for shape in [(1, 48), (9, 48), (16, 48), (3, 7, 48), (backend.BUCKETED_ROWS, 48), (backend.BUCKETED_ROWS + 1, 48),
+                  (many, 48), (many + 5, 48), (4, 83, 48), (2, 0, 48), "strided"]:
+        x = torch.randn(48, 300).t() if shape == "strided" else torch.randn(shape)  # (300, 48), not contiguous
+        shape = tuple(x.shape)
         with torch.inference_mode():
             y = bucketed(x)
         assert y.shape == (*shape[:-1], 40) and y.is_contiguous()

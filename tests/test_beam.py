@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import math
-import weakref
 
 import pytest
 import torch
+from torch.multiprocessing.reductions import StorageWeakRef
 
 from aiayn.config import DecodeConfig, ModelConfig
 from aiayn.decode.beam import beam_search, length_penalty
@@ -248,17 +248,18 @@ def test_an_ended_hypothesis_never_goes_on(beam_size):
 
 class FreshLogitsModel(TableModel):
     """TableModel whose every step returns a new log-probability tensor, as oneDNN's products do, and records
-    whether the tensor of the step before was still alive when the next one was asked for."""
+    whether the memory of the step before was still held (by the tensor or any view of it) when the next one
+    was asked for."""
 
     def __init__(self):
-        self.last = None  # weak reference to the tensor the last step returned
+        self.last = None  # weak reference to the memory of the tensor the last step returned
         self.alive_at_next_step = []
 
     def step(self, tokens, cache):
         if self.last is not None:
-            self.alive_at_next_step.append(self.last() is not None)
+            self.alive_at_next_step.append(not self.last.expired())
         log_probs, cache = super().step(tokens, cache)
-        self.last = weakref.ref(log_probs)
+        self.last = StorageWeakRef(log_probs.untyped_storage())
         return log_probs, cache
 
 
