@@ -7,12 +7,12 @@ import os
 # them, with their buffers, in each of two caches: oneDNN's own and PyTorch's ideep (LRU_CACHE_CAPACITY).
 # Batches of varying lengths meet new shapes all the time, so a process grew without need: 1.5 GB in 120
 # bf16 training steps of the Multi30k model, 289 MiB translating one sentence of each length 1-128
-# (docs/translation.md). 16 entries hold the shapes that one layer's products use at a time, now that
-# decoding pads its row counts to a few buckets: against 64, batches of 32 with sentences of their own
-# lengths peaked 45-60 MiB lower (greedy and beam 4), 120 bf16 training steps grew 59 MiB against 128, at
-# the same speed (docs/translation.md, "Sixteen compiled products"). Set before oneDNN first runs in the
-# process, which reads them then; a value already in the environment is kept.
-ONEDNN_CACHE_ENTRIES = 16
+# (docs/translation.md). 64 entries hold every shape that one batch's decoding or one training step uses
+# (at 32, beam 4 at batch 32 compiled twice as often and peaked higher), at the same speed. 16 lowers the
+# peaks of translation whose batches shrink as sentences end, but training then compiles more from step to
+# step (docs/translation.md, "A smaller kernel cache for sentences of their own lengths"). Set before
+# oneDNN first runs in the process, which reads them then; a value already in the environment is kept.
+ONEDNN_CACHE_ENTRIES = 64
 for _name in ("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "LRU_CACHE_CAPACITY"):
     os.environ.setdefault(_name, str(ONEDNN_CACHE_ENTRIES))
 

@@ -75,7 +75,7 @@ FEW_ROWS = 32  # up to this many rows a step's products are bound by memory: `me
 # its own), so at most a few shapes are compiled; the padding rows cost next to nothing there, where the
 # products are bound by reading the matrices. More rows run `BUCKETED_ROWS` at a time, the last piece padded
 # the same way: the encoder of a batch of 32 runs in groups of 8 sentences (`TransformerStep.encode_by_length`),
-# 8 x length rows, and products of each such count filled oneDNN's cache (then 64 entries), 7-12 MiB more than these
+# 8 x length rows, and products of each such count filled oneDNN's 64-entry cache, 7-12 MiB more than these
 # pieces keep (docs/translation.md, "Long products in pieces").
 ROW_BUCKET = 16
 BUCKETED_ROWS = 128
