@@ -7,7 +7,8 @@ Measured the way ../shared/PEERS.md describes the peers: one MarianMTModel with 
 shapes and random weights (seed 0), saved with save_pretrained and converted for CTranslate2 with its
 own TransformersConverter (a stand-in tokenizer: token "t<id>"); 256 source sentences of random ids
 (never </s>, <unk> or <pad>), lengths uniform in 8..40 plus </s> (seed 1234), consecutive batches;
-every engine forced to exactly 40 output tokens, length penalty 1.0; 2 threads everywhere.
+every engine forced to exactly 40 output tokens, length penalty 1.0; 2 threads everywhere; aiayn with
+oneDNN's kernel caches as the translate command sizes them (`backend.caches_for_translation`).
 Each measurement runs in a fresh process (its peak RSS is the memory figure; the worker's JSON also lists
 the resident memory after each batch, `batch_rss_mib`); engines alternate
 round by round and the table gives medians, with ratios of figures measured in the same run.
@@ -214,6 +215,9 @@ def loaded(engine: str, work: Path, beam: int, batch_size: int, sources: list[li
     elif engine.startswith("ct2"):
         translate = run_ct2(work, beam, batch_size, sources, engine.split("-")[1])
     else:
+        from aiayn.decode.backend import caches_for_translation
+
+        caches_for_translation()  # oneDNN's caches as the translate command sizes them, before its first product
         translate = run_aiayn(work, beam, batch_size, sources, engine == "aiayn-int8")
     translate([s[:8] + [EOS] for s in sources[: min(batch_size, 4)]])  # warm-up
     return translate
@@ -240,6 +244,7 @@ def worker(args: argparse.Namespace) -> None:
         # at the end, above the runtime: the engine's own data (anonymous) and the library code it paged in (files)
         "anon_mib": resident_mib("RssAnon") - runtime_split["RssAnon"], "file_mib": resident_mib("RssFile") - runtime_split["RssFile"],
         "gemm": getattr(translate, "gemm", None),
+        "caches": [os.environ.get(name) for name in ("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "LRU_CACHE_CAPACITY")],
     }))
 
 
@@ -324,6 +329,10 @@ def table(results: dict, jobs: list[str], engines: list[str]) -> str:
     if "aiayn-int8" in engines:  # packed for oneDNN, or plain rows and torch._int_mm
         products = sorted({str(r.get("gemm")) for job in jobs for r in results[job]["aiayn-int8"]})
         lines += ["", "aiayn int8's vocabulary product: " + ", ".join(products)]
+    sizes = sorted({"/".join(map(str, r.get("caches") or [])) for job in jobs for e in engines if e.startswith("aiayn")
+                    for r in results[job][e]})
+    if sizes:  # oneDNN's and ideep's kernel caches in aiayn's workers (backend.caches_for_translation)
+        lines += ["", "aiayn's kernel caches (oneDNN / ideep entries): " + ", ".join(sizes)]
     return "\n".join(lines)
 
 

@@ -23,6 +23,16 @@ def _seed():
     torch.manual_seed(0)
 
 
+@pytest.fixture(autouse=True)
+def _kernel_caches(monkeypatch):
+    """oneDNN's cache sizes in the environment as they were: the translate and serve commands set their own
+    (`backend.caches_for_translation`), run here in this process, and processes the tests start inherit them."""
+    from aiayn import ONEDNN_CACHES
+
+    for name in ONEDNN_CACHES:
+        monkeypatch.setenv(name, os.environ[name])  # set by aiayn's import where the environment did not
+
+
 @pytest.fixture
 def data_dir() -> Path:
     if not (DATA / "multi30k").is_dir():

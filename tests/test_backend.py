@@ -318,3 +318,68 @@ def test_onednn_keeps_a_bounded_number_of_compiled_products():
     *unbounded, unbounded_growth = run(ONEDNN_PRIMITIVE_CACHE_CAPACITY="1024", LRU_CACHE_CAPACITY="1024")  # as before
     assert bounded == [str(ONEDNN_CACHE_ENTRIES)] * 2 and unbounded == ["1024", "1024"]
     assert int(bounded_growth) < 0.5 * int(unbounded_growth)
+
+
+CACHE_FOR_TRANSLATION = """
+import os
+import torch
+from aiayn.decode.backend import caches_for_translation, onednn_linear
+
+set_here = caches_for_translation()
+weight = torch.randn(64, 32)
+for rows in range(1, 21):  # 20 shapes: more than 16 entries hold, fewer than 64
+    onednn_linear(torch.randn(rows, 32), weight, None)
+print("AGAIN", flush=True)
+onednn_linear(torch.randn(1, 32), weight, None)  # the first shape again: still compiled, or compiled anew
+print(",".join(set_here), os.environ["ONEDNN_PRIMITIVE_CACHE_CAPACITY"], os.environ["LRU_CACHE_CAPACITY"], flush=True)
+"""
+
+
+@pytest.mark.skipif(not backend.onednn_available(), reason="this PyTorch build has no oneDNN")
+def test_a_process_that_only_translates_keeps_fewer_compiled_products_unless_the_user_set_them():
+    """`caches_for_translation` (the translate and serve commands) sets both caches to 16 before oneDNN first
+    runs: a 21st shape pushes the first out, where aiayn's 64 keep it. A size the user's environment gives stays,
+    and one inherited from a process that imported aiayn (AIAYN_SET_CACHES names those) is aiayn's."""
+    def run(**caches):
+        env = {k: v for k, v in os.environ.items() if k not in ("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "LRU_CACHE_CAPACITY", "AIAYN_SET_CACHES")}
+        done = subprocess.run([sys.executable, "-c", CACHE_FOR_TRANSLATION], capture_output=True, text=True,
+                              timeout=300, env={**env, "ONEDNN_VERBOSE": "profile_create", **caches})
+        assert done.returncode == 0, done.stderr
+        after = done.stdout.split("AGAIN", 1)[1].splitlines()
+        again = [line for line in after if line.startswith("onednn_verbose") and ",create:" in line]
+        assert len(again) == 1, done.stdout[-2000:]
+        return again[0].split(",create:")[1].split(",")[0], after[-1].split()
+
+    both = "ONEDNN_PRIMITIVE_CACHE_CAPACITY,LRU_CACHE_CAPACITY"
+    assert run() == ("cache_miss", [both, "16", "16"])
+    kept = run(ONEDNN_PRIMITIVE_CACHE_CAPACITY="64", LRU_CACHE_CAPACITY="64")
+    assert kept == ("cache_hit", ["64", "64"])
+    # started by a process that imported aiayn: the 64 it inherits are aiayn's, not the user's
+    inherited = run(ONEDNN_PRIMITIVE_CACHE_CAPACITY="64", LRU_CACHE_CAPACITY="64", AIAYN_SET_CACHES=both)
+    assert inherited == ("cache_miss", [both, "16", "16"])
+    one = run(ONEDNN_PRIMITIVE_CACHE_CAPACITY="64", LRU_CACHE_CAPACITY="48", AIAYN_SET_CACHES=both)  # 48: the user's
+    assert one[1] == ["ONEDNN_PRIMITIVE_CACHE_CAPACITY", "16", "48"]
+
+
+def test_the_translate_and_serve_commands_size_the_caches_before_the_model_loads(model_dir, tmp_path, monkeypatch):
+    """Both commands call `caches_for_translation` before `Translator.load`, where oneDNN first runs."""
+    from aiayn.cli import main
+    from aiayn.serve import app
+
+    calls = []
+    monkeypatch.setattr(backend, "caches_for_translation", lambda: calls.append("caches"))
+    load = Translator.load
+
+    def recorded(*args, **kwargs):
+        calls.append("load")
+        return load(*args, **kwargs)
+
+    monkeypatch.setattr(Translator, "load", recorded)
+    (tmp_path / "in.txt").write_text("a b c\n")
+    assert main(["translate", "--model", str(model_dir), "-i", str(tmp_path / "in.txt"), "-o", str(tmp_path / "out.txt")]) == 0
+    assert calls == ["caches", "load"]
+    calls.clear()
+    monkeypatch.setattr(app, "build_app", lambda *args, **kwargs: (_ for _ in ()).throw(SystemExit(0)))  # stop there
+    with pytest.raises(SystemExit):
+        main(["serve", "--model", str(model_dir), "--port", "0"])
+    assert calls == ["caches", "load"]

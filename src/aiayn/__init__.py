@@ -10,11 +10,20 @@ import os
 # (docs/translation.md). 64 entries hold every shape that one batch's decoding or one training step uses
 # (at 32, beam 4 at batch 32 compiled twice as often and peaked higher), at the same speed. 16 lowers the
 # peaks of translation whose batches shrink as sentences end, but training then compiles more from step to
-# step (docs/translation.md, "A smaller kernel cache for sentences of their own lengths"). Set before
-# oneDNN first runs in the process, which reads them then; a value already in the environment is kept.
+# step (docs/translation.md, "A smaller kernel cache for sentences of their own lengths"): the commands that
+# only translate take 16 (`decode.backend.caches_for_translation`). Set before oneDNN first runs in the
+# process, which reads them then; a value already in the environment is kept, here and by those commands.
+# A process started from this one inherits the values set here: AIAYN_SET_CACHES names them, so that aiayn there
+# does not take them for the user's.
 ONEDNN_CACHE_ENTRIES = 64
-for _name in ("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "LRU_CACHE_CAPACITY"):
-    os.environ.setdefault(_name, str(ONEDNN_CACHE_ENTRIES))
+ONEDNN_CACHES = ("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "LRU_CACHE_CAPACITY")
+_inherited = os.environ.get("AIAYN_SET_CACHES", "").split(",")
+CACHES_SET_BY_USER = frozenset(name for name in ONEDNN_CACHES if name in os.environ
+                               and not (name in _inherited and os.environ[name] == str(ONEDNN_CACHE_ENTRIES)))
+for _name in ONEDNN_CACHES:
+    if _name not in CACHES_SET_BY_USER:
+        os.environ[_name] = str(ONEDNN_CACHE_ENTRIES)
+os.environ["AIAYN_SET_CACHES"] = ",".join(name for name in ONEDNN_CACHES if name not in CACHES_SET_BY_USER)
 
 from .config import DecodeConfig, ModelConfig  # noqa: E402  (after the caches are set)
 from .model import Transformer  # noqa: E402

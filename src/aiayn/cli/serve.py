@@ -45,6 +45,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import uvicorn
 
+    from ..decode.backend import caches_for_translation
     from ..decode.translate import Translator
     from ..serve.app import build_app, is_local_name
 
@@ -54,6 +55,7 @@ def run(args: argparse.Namespace) -> int:
     if args.alpha is not None and not 0 <= args.alpha <= limits.max_alpha:
         raise ValueError(f"--alpha {args.alpha} is out of range: 0 to --max-alpha ({limits.max_alpha})")
     with listen(args.host, args.port) as listening:  # first: a port in use is said before the model loads
+        caches_for_translation()  # a process that only translates: oneDNN's smaller caches, before its first product
         translator = Translator.load(args.model, device=args.device, int8=args.int8, gemm=args.gemm,
                                      beam_size=args.beam_size, alpha=args.alpha)
         local = is_local_name(args.host)

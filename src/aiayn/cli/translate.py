@@ -97,9 +97,11 @@ def number(above: float | None = None, at_most: float | None = None):
 def load_translator(args: argparse.Namespace):
     import torch
 
+    from ..decode.backend import caches_for_translation
     from ..decode.translate import Translator, check_device
 
     check_device(args.device, "--device")
+    caches_for_translation()  # a process that only translates: oneDNN's smaller caches, before its first product
     sampling = [f"--{name.replace('_', '-')}" for name in ("temperature", "top_k", "top_p") if getattr(args, name) is not None]
     if sampling and not args.sample:
         raise ValueError(f"{', '.join(sampling)} only shape sampling: add --sample (beam search ignores them)")

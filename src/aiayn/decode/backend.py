@@ -104,6 +104,27 @@ def onednn_linear(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
     return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
 
 
+# oneDNN's two kernel caches (src/aiayn/__init__.py) for a process that only translates. When sentences end at
+# their own lengths, a batch's row count falls step by step to 1, and each count compiles the step's products
+# anew: with 16 entries, batches of 32 peaked 30-60 MiB lower than with 64, in the same time; training, which
+# reuses a step's kernels at the next step, compiled more and ran slower with 16 (docs/translation.md, "A smaller
+# kernel cache for sentences of their own lengths").
+TRANSLATION_CACHE_ENTRIES = 16
+
+
+def caches_for_translation() -> list[str]:
+    """Set oneDNN's caches to `TRANSLATION_CACHE_ENTRIES` for a process that only translates (the translate,
+    evaluate and serve commands call it before they load a model); a variable the user's environment set is
+    kept. Returns the variables set. oneDNN reads them when it first runs in the process, so a call after the
+    first oneDNN product changes nothing."""
+    from .. import CACHES_SET_BY_USER, ONEDNN_CACHES
+
+    changed = [name for name in ONEDNN_CACHES if name not in CACHES_SET_BY_USER]
+    for name in changed:
+        os.environ[name] = str(TRANSLATION_CACHE_ENTRIES)
+    return changed
+
+
 class OneDnnLinear(nn.Module):
     """nn.Linear's product on oneDNN, with the layer's own bias and weight (inference only).
 
