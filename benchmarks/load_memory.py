@@ -36,7 +36,10 @@ def worker(engine: str, work: Path) -> None:
     else:
         import torch
 
+        from aiayn.decode.backend import caches_for_translation
+
         torch.set_num_threads(bench.THREADS)
+        caches_for_translation()  # as the translate command does, before the backends' measure
         loaded = bench.run_aiayn(work, 1, 1, [], engine == "aiayn-int8")
     print(json.dumps({"above_runtime_mib": bench.resident_mib("VmHWM") - runtime["VmRSS"],
                       "anon_mib": bench.resident_mib("RssAnon") - runtime["RssAnon"],

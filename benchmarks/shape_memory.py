@@ -4,7 +4,7 @@
 
 oneDNN compiles a kernel for each product shape and keeps it, with its buffers, in two caches
 (oneDNN's own and PyTorch's ideep). PyTorch leaves each at 1,024 entries; importing aiayn sets both
-to `aiayn.ONEDNN_CACHE_ENTRIES` (64) unless the environment already sets them (src/aiayn/__init__.py). Resident memory growth
+to `aiayn.ONEDNN_CACHE_ENTRIES` (64) unless the environment already sets them (src/aiayn/onednn_caches.py). Resident memory growth
 (VmRSS, MiB) after each stage of two jobs:
 
 - translate: benchmarks/translate.py's model (opus-mt-en-de's shapes, its --work folder), float32,

@@ -27,10 +27,10 @@ def _seed():
 def _kernel_caches(monkeypatch):
     """oneDNN's cache sizes in the environment as they were: the translate and serve commands set their own
     (`backend.caches_for_translation`), run here in this process, and processes the tests start inherit them."""
-    from aiayn import ONEDNN_CACHES
+    from aiayn.onednn_caches import ONEDNN_CACHES, RECORD
 
-    for name in ONEDNN_CACHES:
-        monkeypatch.setenv(name, os.environ[name])  # set by aiayn's import where the environment did not
+    for name in (*ONEDNN_CACHES, RECORD):
+        monkeypatch.setenv(name, os.environ[name])  # set by aiayn's import
 
 
 @pytest.fixture

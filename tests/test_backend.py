@@ -325,6 +325,8 @@ import os
 import torch
 from aiayn.decode.backend import caches_for_translation, onednn_linear
 
+if "AFTER_IMPORT" in os.environ:  # a program's own size, set after importing aiayn
+    os.environ["LRU_CACHE_CAPACITY"] = os.environ["AFTER_IMPORT"]
 set_here = caches_for_translation()
 weight = torch.randn(64, 32)
 for rows in range(1, 21):  # 20 shapes: more than 16 entries hold, fewer than 64
@@ -338,8 +340,9 @@ print(",".join(set_here), os.environ["ONEDNN_PRIMITIVE_CACHE_CAPACITY"], os.envi
 @pytest.mark.skipif(not backend.onednn_available(), reason="this PyTorch build has no oneDNN")
 def test_a_process_that_only_translates_keeps_fewer_compiled_products_unless_the_user_set_them():
     """`caches_for_translation` (the translate and serve commands) sets both caches to 16 before oneDNN first
-    runs: a 21st shape pushes the first out, where aiayn's 64 keep it. A size the user's environment gives stays,
-    and one inherited from a process that imported aiayn (AIAYN_SET_CACHES names those) is aiayn's."""
+    runs: a 21st shape pushes the first out, where aiayn's 64 keep it. A size the user gives stays, in the
+    environment or set after importing aiayn; one inherited from a process that set it through aiayn
+    (AIAYN_SET_CACHES records those) is aiayn's."""
     def run(**caches):
         env = {k: v for k, v in os.environ.items() if k not in ("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "LRU_CACHE_CAPACITY", "AIAYN_SET_CACHES")}
         done = subprocess.run([sys.executable, "-c", CACHE_FOR_TRANSLATION], capture_output=True, text=True,
@@ -355,10 +358,26 @@ def test_a_process_that_only_translates_keeps_fewer_compiled_products_unless_the
     kept = run(ONEDNN_PRIMITIVE_CACHE_CAPACITY="64", LRU_CACHE_CAPACITY="64")
     assert kept == ("cache_hit", ["64", "64"])
     # started by a process that imported aiayn: the 64 it inherits are aiayn's, not the user's
-    inherited = run(ONEDNN_PRIMITIVE_CACHE_CAPACITY="64", LRU_CACHE_CAPACITY="64", AIAYN_SET_CACHES=both)
+    record = "ONEDNN_PRIMITIVE_CACHE_CAPACITY=64,LRU_CACHE_CAPACITY=64"
+    inherited = run(ONEDNN_PRIMITIVE_CACHE_CAPACITY="64", LRU_CACHE_CAPACITY="64", AIAYN_SET_CACHES=record)
     assert inherited == ("cache_miss", [both, "16", "16"])
-    one = run(ONEDNN_PRIMITIVE_CACHE_CAPACITY="64", LRU_CACHE_CAPACITY="48", AIAYN_SET_CACHES=both)  # 48: the user's
+    one = run(ONEDNN_PRIMITIVE_CACHE_CAPACITY="64", LRU_CACHE_CAPACITY="48", AIAYN_SET_CACHES=record)  # 48: the user's
     assert one[1] == ["ONEDNN_PRIMITIVE_CACHE_CAPACITY", "16", "48"]
+    assert run(AFTER_IMPORT="128")[1] == ["ONEDNN_PRIMITIVE_CACHE_CAPACITY", "16", "128"]
+
+
+def test_a_process_started_from_a_translating_one_gets_the_library_size_not_the_translation_size():
+    """A process started from one that called `caches_for_translation` inherits 16 and aiayn's record of it:
+    importing aiayn there sets 64 again, as for any process that did not ask for 16."""
+    from aiayn.onednn_caches import RECORD
+
+    env = {**os.environ, "ONEDNN_PRIMITIVE_CACHE_CAPACITY": "16", "LRU_CACHE_CAPACITY": "32",
+           RECORD: "ONEDNN_PRIMITIVE_CACHE_CAPACITY=16,LRU_CACHE_CAPACITY=16"}  # 32: a size of the user's
+    done = subprocess.run([sys.executable, "-c", "import os, aiayn; print(os.environ['ONEDNN_PRIMITIVE_CACHE_CAPACITY'], "
+                           "os.environ['LRU_CACHE_CAPACITY'], os.environ['AIAYN_SET_CACHES'])"],
+                          capture_output=True, text=True, timeout=120, env=env)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["64", "32", "ONEDNN_PRIMITIVE_CACHE_CAPACITY=64"]
 
 
 def test_the_translate_and_serve_commands_size_the_caches_before_the_model_loads(model_dir, tmp_path, monkeypatch):

@@ -42,6 +42,7 @@ from torch import Tensor, nn
 from ..config import ModelConfig
 from ..io import trim_heap
 from ..model import OutputProjection
+from ..onednn_caches import set_caches
 from . import gemv
 from .packed import float32_available, reorder_float32
 
@@ -104,25 +105,21 @@ def onednn_linear(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
     return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
 
 
-# oneDNN's two kernel caches (src/aiayn/__init__.py) for a process that only translates. When sentences end at
+# oneDNN's two kernel caches (`aiayn.onednn_caches`) for a process that only translates. When sentences end at
 # their own lengths, a batch's row count falls step by step to 1, and each count compiles the step's products
-# anew: with 16 entries, batches of 32 peaked 30-60 MiB lower than with 64, in the same time; training, which
-# reuses a step's kernels at the next step, compiled more and ran slower with 16 (docs/translation.md, "A smaller
-# kernel cache for sentences of their own lengths").
+# anew: with 16 entries batches of 32 peaked 24-97 MiB lower than with 64, round by round, in the same time
+# (greedy 483-499 against 522-553 MiB above the start, beam 4 807-819 against 880-917); training, which reuses a
+# step's kernels at the next step, compiled more and ran slower with 16 (docs/translation.md, "A smaller kernel
+# cache for sentences of their own lengths" and "Taken for the commands that only translate").
 TRANSLATION_CACHE_ENTRIES = 16
 
 
 def caches_for_translation() -> list[str]:
-    """Set oneDNN's caches to `TRANSLATION_CACHE_ENTRIES` for a process that only translates (the translate,
-    evaluate and serve commands call it before they load a model); a variable the user's environment set is
-    kept. Returns the variables set. oneDNN reads them when it first runs in the process, so a call after the
-    first oneDNN product changes nothing."""
-    from .. import CACHES_SET_BY_USER, ONEDNN_CACHES
-
-    changed = [name for name in ONEDNN_CACHES if name not in CACHES_SET_BY_USER]
-    for name in changed:
-        os.environ[name] = str(TRANSLATION_CACHE_ENTRIES)
-    return changed
+    """Size oneDNN's caches at `TRANSLATION_CACHE_ENTRIES` for a process that only translates (the translate,
+    evaluate and serve commands call it before they load a model); a variable the user set, in the environment
+    or after importing aiayn, is kept. Returns the variables set. oneDNN reads them when it first runs in the
+    process, so a call after the first oneDNN product changes nothing."""
+    return set_caches(TRANSLATION_CACHE_ENTRIES)
 
 
 class OneDnnLinear(nn.Module):
