@@ -1,6 +1,7 @@
 """Memory as the products' shapes change: oneDNN's kernel caches as aiayn bounds them and as PyTorch leaves them.
 
-    .venv/bin/python benchmarks/shape_memory.py       # both jobs, each cache size in a fresh process (about 8 minutes)
+    .venv/bin/python benchmarks/shape_memory.py                   # every job, each cache size in a fresh process (about 10 minutes)
+    .venv/bin/python benchmarks/shape_memory.py --jobs own-lengths  # batches whose sentences end at their own lengths
 
 oneDNN compiles a kernel for each product shape and keeps it, with its buffers, in two caches
 (oneDNN's own and PyTorch's ideep). PyTorch leaves each at 1,024 entries; importing aiayn sets both
@@ -15,6 +16,11 @@ to `aiayn.ONEDNN_CACHE_ENTRIES` (64) unless the environment already sets them (s
   recipe trains on a CPU with AVX512-BF16 or AMX: 120 steps of about 3,600 target tokens whose shape
   changes every step (sentence lengths 10-40), forward, label-smoothed loss, backward and Adam;
   its seconds too, so that a bounded cache is seen to cost no speed.
+- own-lengths: benchmarks/translate.py's model and first 128 sentences loaded as its workers load them (the backend
+  measured), greedy and beam 4 at batch 32 with each sentence's own limit (its length + 50; the random weights
+  end none earlier), so that a batch's row count falls step by step as sentences end; with aiayn's 64 entries and
+  with the translate command's 16 (`decode.backend.caches_for_translation`): the peak and the resident memory at
+  the end above the process's start (loading included), and the seconds of the batches.
 """
 
 from __future__ import annotations
@@ -30,10 +36,14 @@ from pathlib import Path
 import translate as bench
 
 CACHES = ("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "LRU_CACHE_CAPACITY")
-RUNS = [  # (job, backend, caches: "aiayn" = as importing aiayn sets them, "pytorch" = PyTorch's 1,024)
+RUNS = [  # (job, backend, caches: "aiayn" = as importing aiayn sets them, "pytorch" = PyTorch's 1,024,
+    # "translate" = as the translate command sets them)
     ("translate", "onednn", "pytorch"), ("translate", "onednn", "aiayn"), ("translate", "mkl", "aiayn"),
     ("train", "bf16", "pytorch"), ("train", "bf16", "aiayn"),
+    ("own-lengths", "greedy", "aiayn"), ("own-lengths", "greedy", "translate"),
+    ("own-lengths", "beam4", "aiayn"), ("own-lengths", "beam4", "translate"),
 ]
+JOBS = list(dict.fromkeys(job for job, _, _ in RUNS))
 
 
 def translate_job(work: Path, gemm: str) -> list[tuple[str, float]]:
@@ -58,6 +68,31 @@ def translate_job(work: Path, gemm: str) -> list[tuple[str, float]]:
             greedy_hypotheses(model, torch.randint(2, bench.PAD, (size, rng.randint(5, 60))), config)
         stages.append(("then batches of 2-32", bench.resident_mib("VmRSS") - start))
     return stages
+
+
+def own_lengths_job(work: Path, search: str, sentences: int = 128) -> list[tuple[str, float]]:
+    import json
+
+    import torch
+
+    from aiayn.config import DecodeConfig
+    from aiayn.decode.beam import beam_search
+    from aiayn.decode.greedy import greedy_hypotheses
+    from aiayn.decode.step import TransformerStep
+
+    beam = 4 if search == "beam4" else 1
+    start = bench.resident_mib("VmRSS")
+    sources = json.loads((work / "sources.json").read_text())[:sentences]
+    step = TransformerStep(bench.run_aiayn(work, beam, 32, sources, False).model)
+    config = DecodeConfig(beam_size=beam, alpha=1.0, length_penalty="power", extra_len=50)
+    run = beam_search if beam > 1 else greedy_hypotheses
+    run(step, bench.padded([s[:8] + [bench.EOS] for s in sources[:4]]), config)  # warm-up, as translate.py's
+    began = time.perf_counter()
+    for batch in bench.batches(sources, 32):
+        run(step, bench.padded(batch), config)
+    seconds = time.perf_counter() - began
+    return [("peak", bench.resident_mib("VmHWM") - start), ("at the end", bench.resident_mib("VmRSS") - start),
+            ("seconds", seconds)]
 
 
 def train_job(steps: int = 120) -> list[tuple[str, float]]:
@@ -91,32 +126,42 @@ def train_job(steps: int = 120) -> list[tuple[str, float]]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--work", type=Path, default=Path(os.environ.get("TMPDIR", "/tmp")) / "aiayn-translate-bench")
-    parser.add_argument("--worker", nargs=2, metavar=("JOB", "BACKEND"), help=argparse.SUPPRESS)
+    parser.add_argument("--jobs", nargs="+", default=JOBS, choices=JOBS)
+    parser.add_argument("--worker", nargs=3, metavar=("JOB", "BACKEND", "CACHES"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
         import torch
 
-        import aiayn  # noqa: F401  (sets the caches unless the environment has)
+        from aiayn.decode.backend import caches_for_translation  # importing aiayn sets the caches unless the environment has
 
         torch.set_num_threads(bench.THREADS)
-        job, backend = args.worker
-        stages = translate_job(args.work, backend) if job == "translate" else train_job()
-        print("; ".join(f"{name}: {value:,.0f}" for name, value in stages))
+        job, backend, caches = args.worker
+        if caches == "translate":
+            caches_for_translation()
+        if job == "translate":
+            stages = translate_job(args.work, backend)
+        else:
+            stages = own_lengths_job(args.work, backend) if job == "own-lengths" else train_job()
+        print("; ".join(f"{name}: {value:,.{2 if name == 'seconds' else 0}f}" for name, value in stages))
         return
     bench.prepare(args.work)
     from aiayn import ONEDNN_CACHE_ENTRIES  # the size its workers get (their environment drops the variables)
+    from aiayn.decode.backend import TRANSLATION_CACHE_ENTRIES
 
-    print("| job | products | caches | growth (MiB) after each stage |\n| --- | --- | --- | --- |")
+    print("| job | products / search | caches | growth (MiB) after each stage; own-lengths: above the start |\n| --- | --- | --- | --- |")
     for job, backend, caches in RUNS:
+        if job not in args.jobs:
+            continue
         env = {k: v for k, v in os.environ.items() if k not in CACHES}
         env["OMP_NUM_THREADS"] = str(bench.THREADS)
         if caches == "pytorch":
             env.update({name: "1024" for name in CACHES})
-        done = subprocess.run([sys.executable, __file__, "--worker", job, backend, "--work", str(args.work)],
+        done = subprocess.run([sys.executable, __file__, "--worker", job, backend, caches, "--work", str(args.work)],
                               capture_output=True, text=True, env=env)
         if done.returncode != 0:
             raise RuntimeError(f"{job} {backend} {caches} failed:\n{done.stderr[-3000:]}")
-        label = "1,024 (PyTorch's)" if caches == "pytorch" else "-" if backend == "mkl" else f"{ONEDNN_CACHE_ENTRIES} (aiayn's)"
+        label = {"pytorch": "1,024 (PyTorch's)", "translate": f"{TRANSLATION_CACHE_ENTRIES} (the translate command's)",
+                 "aiayn": "-" if backend == "mkl" else f"{ONEDNN_CACHE_ENTRIES} (aiayn's)"}[caches]
         print(f"| {job} | {backend} | {label} | {done.stdout.strip().splitlines()[-1]} |", flush=True)
     print(f"load average at the end: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
 

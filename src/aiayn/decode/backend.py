@@ -107,10 +107,12 @@ def onednn_linear(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
 
 # oneDNN's two kernel caches (`aiayn.onednn_caches`) for a process that only translates. When sentences end at
 # their own lengths, a batch's row count falls step by step to 1, and each count compiles the step's products
-# anew: with 16 entries batches of 32 peaked 24-97 MiB lower than with 64, round by round, in the same time
-# (greedy 483-499 against 522-553 MiB above the start, beam 4 807-819 against 880-917); training, which reuses a
-# step's kernels at the next step, compiled more and ran slower with 16 (docs/translation.md, "A smaller kernel
-# cache for sentences of their own lengths" and "Taken for the commands that only translate").
+# anew: with 16 entries batches of 32 peaked 8-15% lower than with 64 (greedy 482-499 against 522-553 MiB above
+# the start, in the same time; beam 4 775-822 against 828-932, 2.7% slower in the medians, for a reason not
+# found: both sizes compiled as many kernels); training, which reuses a step's kernels at the next step, compiled
+# more and ran 8% slower with 16
+# (docs/translation.md, "A smaller kernel cache for sentences of their own lengths" and "Taken for the commands
+# that only translate").
 TRANSLATION_CACHE_ENTRIES = 16
 
 
