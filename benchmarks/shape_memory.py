@@ -73,8 +73,6 @@ def translate_job(work: Path, gemm: str) -> list[tuple[str, float]]:
 def own_lengths_job(work: Path, search: str, sentences: int = 128) -> list[tuple[str, float]]:
     import json
 
-    import torch
-
     from aiayn.config import DecodeConfig
     from aiayn.decode.beam import beam_search
     from aiayn.decode.greedy import greedy_hypotheses

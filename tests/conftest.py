@@ -30,7 +30,11 @@ def _kernel_caches(monkeypatch):
     from aiayn.onednn_caches import ONEDNN_CACHES, RECORD
 
     for name in (*ONEDNN_CACHES, RECORD):
-        monkeypatch.setenv(name, os.environ[name])  # set by aiayn's import
+        if name in os.environ:  # set by aiayn's import
+            monkeypatch.setenv(name, os.environ[name])
+        else:  # absent: recorded as absent (set, then deleted), so that a value a test sets is taken away after it
+            monkeypatch.setenv(name, "")
+            monkeypatch.delenv(name)
 
 
 @pytest.fixture

@@ -333,7 +333,7 @@ for rows in range(1, 21):  # 20 shapes: more than 16 entries hold, fewer than 64
     onednn_linear(torch.randn(rows, 32), weight, None)
 print("AGAIN", flush=True)
 onednn_linear(torch.randn(1, 32), weight, None)  # the first shape again: still compiled, or compiled anew
-print(",".join(set_here), os.environ["ONEDNN_PRIMITIVE_CACHE_CAPACITY"], os.environ["LRU_CACHE_CAPACITY"], flush=True)
+print(",".join(set_here), os.environ.get("ONEDNN_PRIMITIVE_CACHE_CAPACITY"), os.environ["LRU_CACHE_CAPACITY"], flush=True)
 """
 
 
@@ -344,10 +344,13 @@ def test_a_process_that_only_translates_keeps_fewer_compiled_products_unless_the
     environment or set after importing aiayn; one inherited from a process that set it through aiayn
     (AIAYN_SET_CACHES records those) is aiayn's."""
     def run(**caches):
-        env = {k: v for k, v in os.environ.items() if k not in ("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "LRU_CACHE_CAPACITY", "AIAYN_SET_CACHES")}
+        env = {k: v for k, v in os.environ.items()
+               if k not in ("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "LRU_CACHE_CAPACITY", "AIAYN_SET_CACHES", "DNNL_PRIMITIVE_CACHE_CAPACITY")}
         done = subprocess.run([sys.executable, "-c", CACHE_FOR_TRANSLATION], capture_output=True, text=True,
                               timeout=300, env={**env, "ONEDNN_VERBOSE": "profile_create", **caches})
         assert done.returncode == 0, done.stderr
+        if "onednn_verbose" not in done.stdout:
+            pytest.skip("this oneDNN prints no ONEDNN_VERBOSE=profile_create lines")
         after = done.stdout.split("AGAIN", 1)[1].splitlines()
         again = [line for line in after if line.startswith("onednn_verbose") and ",create:" in line]
         assert len(again) == 1, done.stdout[-2000:]
@@ -364,6 +367,8 @@ def test_a_process_that_only_translates_keeps_fewer_compiled_products_unless_the
     one = run(ONEDNN_PRIMITIVE_CACHE_CAPACITY="64", LRU_CACHE_CAPACITY="48", AIAYN_SET_CACHES=record)  # 48: the user's
     assert one[1] == ["ONEDNN_PRIMITIVE_CACHE_CAPACITY", "16", "48"]
     assert run(AFTER_IMPORT="128")[1] == ["ONEDNN_PRIMITIVE_CACHE_CAPACITY", "16", "128"]
+    older = run(DNNL_PRIMITIVE_CACHE_CAPACITY="64")  # oneDNN's older name for its cache: the user's, kept
+    assert older == ("cache_hit", ["LRU_CACHE_CAPACITY", "None", "16"])
 
 
 def test_a_process_started_from_a_translating_one_gets_the_library_size_not_the_translation_size():

@@ -8,11 +8,14 @@ their buffers, in each of two caches: oneDNN's own (ONEDNN_PRIMITIVE_CACHE_CAPAC
 (LRU_CACHE_CAPACITY). Batches of varying lengths meet new shapes all the time, so a process grew without need:
 1.5 GB in 120 bf16 training steps of the Multi30k model, 289 MiB translating one sentence of each length 1-128.
 Importing aiayn sets both to `ONEDNN_CACHE_ENTRIES`: 64 hold every shape that one batch's decoding or one
-training step uses (at 32, beam 4 at batch 32 compiled twice as often and peaked higher), at the same speed. The
-commands that only translate set 16 (`decode.backend.caches_for_translation`). oneDNN reads the variables when
-it first runs in a process, so a value set after that changes nothing.
+training step uses (at 32, beam 4 at batch 32 compiled twice as often and peaked higher), at the same speed, and
+training, which reuses a step's kernels at the next step, needs them. The commands that only translate set 16
+(`decode.backend.caches_for_translation`): where sentences end at their own lengths, translation's row counts
+change at every step and a batch reuses little of the last one's kernels, and 16 peaked about 9% lower. oneDNN
+reads the variables when it first runs in a process, so a value set after that changes nothing.
 
-A value the user set is kept. `AIAYN_SET_CACHES` records the values aiayn set (NAME=value, comma-separated),
+A value the user set is kept, as is oneDNN's own cache size under its older name (DNNL_PRIMITIVE_CACHE_CAPACITY,
+which ONEDNN_PRIMITIVE_CACHE_CAPACITY would override). `AIAYN_SET_CACHES` records the values aiayn set (NAME=value, comma-separated),
 so that a process started from this one, which inherits them, does not take them for the user's, and so that a
 value a program sets after importing aiayn is told from aiayn's own. A user's value equal to the one aiayn
 recorded for that variable cannot be told apart, and counts as aiayn's.
@@ -24,6 +27,7 @@ import os
 
 ONEDNN_CACHE_ENTRIES = 64
 ONEDNN_CACHES = ("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "LRU_CACHE_CAPACITY")
+OLDER_NAMES = {"ONEDNN_PRIMITIVE_CACHE_CAPACITY": "DNNL_PRIMITIVE_CACHE_CAPACITY"}  # oneDNN still reads it
 RECORD = "AIAYN_SET_CACHES"
 
 
@@ -36,7 +40,8 @@ def set_by_aiayn() -> dict[str, str]:
 def set_caches(entries: int) -> list[str]:
     """Both caches at `entries` where the user did not size them; returns the variables set, and records them."""
     ours = set_by_aiayn()
-    changed = [name for name in ONEDNN_CACHES if name not in os.environ or name in ours]
+    users = {name for name in ONEDNN_CACHES if OLDER_NAMES.get(name, name) in os.environ and name not in os.environ}
+    changed = [name for name in ONEDNN_CACHES if (name not in os.environ and name not in users) or name in ours]
     for name in changed:
         os.environ[name] = ours[name] = str(entries)
     os.environ[RECORD] = ",".join(f"{name}={value}" for name, value in ours.items())
