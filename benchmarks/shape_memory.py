@@ -35,7 +35,6 @@ from pathlib import Path
 
 import translate as bench
 
-CACHES = ("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "LRU_CACHE_CAPACITY")
 RUNS = [  # (job, backend, caches: "aiayn" = as importing aiayn sets them, "pytorch" = PyTorch's 1,024,
     # "translate" = as the translate command sets them)
     ("translate", "onednn", "pytorch"), ("translate", "onednn", "aiayn"), ("translate", "mkl", "aiayn"),
@@ -130,7 +129,7 @@ def main() -> None:
     if args.worker:
         import torch
 
-        from aiayn.decode.backend import caches_for_translation  # importing aiayn sets the caches unless the environment has
+        from aiayn.decode.backend import caches_for_translation  # importing aiayn sizes the caches (onednn_caches.py)
 
         torch.set_num_threads(bench.THREADS)
         job, backend, caches = args.worker
@@ -143,17 +142,17 @@ def main() -> None:
         print("; ".join(f"{name}: {value:,.{2 if name == 'seconds' else 0}f}" for name, value in stages))
         return
     bench.prepare(args.work)
-    from aiayn import ONEDNN_CACHE_ENTRIES  # the size its workers get (their environment drops the variables)
     from aiayn.decode.backend import TRANSLATION_CACHE_ENTRIES
+    from aiayn.onednn_caches import ONEDNN_CACHE_ENTRIES, ONEDNN_CACHES  # 64: what the workers get (without the variables)
 
     print("| job | products / search | caches | growth (MiB) after each stage; own-lengths: above the start |\n| --- | --- | --- | --- |")
     for job, backend, caches in RUNS:
         if job not in args.jobs:
             continue
-        env = {k: v for k, v in os.environ.items() if k not in CACHES}
+        env = {k: v for k, v in os.environ.items() if k not in ONEDNN_CACHES}
         env["OMP_NUM_THREADS"] = str(bench.THREADS)
         if caches == "pytorch":
-            env.update({name: "1024" for name in CACHES})
+            env.update({name: "1024" for name in ONEDNN_CACHES})
         done = subprocess.run([sys.executable, __file__, "--worker", job, backend, caches, "--work", str(args.work)],
                               capture_output=True, text=True, env=env)
         if done.returncode != 0:

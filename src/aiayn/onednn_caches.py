@@ -15,9 +15,9 @@ change at every step and a batch reuses little of the last one's kernels, and 16
 reads the variables when it first runs in a process, so a value set after that changes nothing.
 
 A value the user set is kept, as is oneDNN's own cache size under its older name (DNNL_PRIMITIVE_CACHE_CAPACITY,
-which ONEDNN_PRIMITIVE_CACHE_CAPACITY would override). `AIAYN_SET_CACHES` records the values aiayn set (NAME=value, comma-separated),
-so that a process started from this one, which inherits them, does not take them for the user's, and so that a
-value a program sets after importing aiayn is told from aiayn's own. A user's value equal to the one aiayn
+which ONEDNN_PRIMITIVE_CACHE_CAPACITY would override). `AIAYN_SET_CACHES` records the values aiayn set
+(NAME=value, comma-separated), so that a process started from this one, which inherits them, does not take them
+for the user's, and so that a value a program sets after importing aiayn is told from aiayn's own. A user's value equal to the one aiayn
 recorded for that variable cannot be told apart, and counts as aiayn's.
 """
 
@@ -40,8 +40,8 @@ def set_by_aiayn() -> dict[str, str]:
 def set_caches(entries: int) -> list[str]:
     """Both caches at `entries` where the user did not size them; returns the variables set, and records them."""
     ours = set_by_aiayn()
-    users = {name for name in ONEDNN_CACHES if OLDER_NAMES.get(name, name) in os.environ and name not in os.environ}
-    changed = [name for name in ONEDNN_CACHES if (name not in os.environ and name not in users) or name in ours]
+    unset = [name for name in ONEDNN_CACHES if name not in os.environ and OLDER_NAMES.get(name, name) not in os.environ]
+    changed = [name for name in ONEDNN_CACHES if name in ours or name in unset]
     for name in changed:
         os.environ[name] = ours[name] = str(entries)
     os.environ[RECORD] = ",".join(f"{name}={value}" for name, value in ours.items())

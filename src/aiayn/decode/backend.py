@@ -108,11 +108,10 @@ def onednn_linear(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
 # oneDNN's two kernel caches (`aiayn.onednn_caches`) for a process that only translates. When sentences end at
 # their own lengths, a batch's row count falls step by step to 1, and each count compiles the step's products
 # anew: with 16 entries batches of 32 peaked about 9% lower than with 64 (greedy 482-499 against 522-553 MiB above
-# the start, in the same time; beam 4 775-822 against 828-932, 2.2% slower in the medians, for a reason not
+# the start, the same time in the medians; beam 4 775-822 against 828-932, 2.4% slower in them, for a reason not
 # found: both sizes compiled as many kernels); training, which reuses a step's kernels at the next step, compiled
-# more and ran 8% slower with 16
-# (docs/translation.md, "A smaller kernel cache for sentences of their own lengths" and "Taken for the commands
-# that only translate").
+# more and ran 8% slower with 16 (docs/translation.md, "A smaller kernel cache for sentences of their own lengths"
+# and "Taken for the commands that only translate").
 TRANSLATION_CACHE_ENTRIES = 16
 
 
