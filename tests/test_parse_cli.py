@@ -19,7 +19,6 @@ from aiayn.parse.pcfg import PCFG, transform, untransform
 from aiayn.parse.tokenizer import WORDS_FILE, ParseTokenizer, WordVocab
 from aiayn.parse.trees import parse_tree, read_treebank
 from aiayn.recipe import load_recipe
-from aiayn.train.loop import train
 
 from conftest import DATA, REPO
 
@@ -137,15 +136,19 @@ def test_evaluate_task_parse_json(tmp_path, capsys, trees):
     assert "has 19 lines but" in capsys.readouterr().err
 
 
+TINY_PARSER = ["--data.train=wsj_0001-0010", "--data.valid=wsj_0160", "--data.test=wsj_0199", "--data.vocab_size=300",
+               "--data.max_subwords=90", "--model.d_model=32", "--model.d_ff=64", "--model.n_layers=1", "--model.n_heads=2",
+               "--model.max_len=96", "--train.max_steps=2", "--train.save_every=1", "--train.beam_size=1",
+               "--train.max_minutes=0", "--train.eval_every=0"]
+
+
 @pytest.mark.parametrize("units", ["subwords", "words"])
 def test_training_a_parser_from_the_recipe(tmp_path, units):
-    recipe = load_recipe(REPO / "recipes" / "ptb-parse.yaml", [
-        f"--data.source_units={units}",
-        "--data.train=wsj_0001-0010", "--data.valid=wsj_0160", "--data.test=wsj_0199", "--data.vocab_size=300",
-        "--data.max_subwords=90", "--model.d_model=32", "--model.d_ff=64", "--model.n_layers=1", "--model.n_heads=2",
-        "--model.max_len=96", "--train.max_steps=2", "--train.save_every=1", "--train.beam_size=1",
-        "--train.max_minutes=0", "--train.eval_every=0"])
-    results = train(recipe, tmp_path, log=lambda _: None)
+    """`aiayn train recipes/ptb-parse.yaml`, as docs/parsing.md gives it, with a tiny model: the command itself, whose
+    checks of the recipe's splits once took the treebank's file ranges for text files and refused the recipe."""
+    assert main(["train", str(REPO / "recipes" / "ptb-parse.yaml"), "--out", str(tmp_path), f"--data.archive={ARCHIVE}",
+                 f"--data.source_units={units}", *TINY_PARSER]) == 0
+    results = json.loads((tmp_path / "results.json").read_text())
     test_trees = read_treebank(ARCHIVE, "wsj_0199")
     assert results["steps"] == 2 and 0.0 <= results["test_f1"] <= 100.0
     assert len((tmp_path / "test.trees").read_text().splitlines()) == len(test_trees)
@@ -154,6 +157,24 @@ def test_training_a_parser_from_the_recipe(tmp_path, units):
     assert isinstance(parser.translator.tokenizer.source, WordVocab) == (units == "words")
     assert [t.words() for t in parser.parse([" ".join(t.words()) for t in test_trees[:2]])] == [
         t.words() for t in test_trees[:2]]
+
+
+@pytest.mark.parametrize("setting, message", [
+    ("--data.archive=missing.zip", "data.archive: missing.zip: no such treebank archive or folder"),
+    ("--data.archive={readme}", "not a zip archive"),
+    ("--data.archive=", "data.archive is not set"),
+    ("--data.train=wsj_x", "data.train: file range 'wsj_x': expected PREFIXNNNN"),
+    ("--data.valid=wsj_0900-0910", "data.valid: {archive} has no .mrg files in the range wsj_0900-0910"),
+    ("--data.test=wsj_0199-0180", "data.test: file range 'wsj_0199-0180': 0180 comes before 0199"),
+])
+def test_a_parsing_recipe_with_a_bad_treebank_is_refused_by_name(tmp_path, capsys, setting, message):
+    """Before any work: one line naming the setting, and no run folder."""
+    fill = {"readme": REPO / "README.md", "archive": ARCHIVE}
+    out = tmp_path / "run"
+    assert main(["train", str(REPO / "recipes" / "ptb-parse.yaml"), "--out", str(out), f"--data.archive={ARCHIVE}",
+                 setting.format(**fill), *TINY_PARSER[4:]]) == 2
+    err = capsys.readouterr().err
+    assert message.format(**fill) in err and len(err.strip().splitlines()) == 1 and not out.exists()
 
 
 def test_pcfg_transform_round_trips_and_parses_its_own_training_trees(trees):

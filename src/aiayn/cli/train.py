@@ -43,7 +43,8 @@ def run(args: argparse.Namespace) -> int:
 
 def _checked_recipe(path: str, overrides: list[str], out: str | None):
     """The recipe, checked for what would otherwise fail only after minutes of work: --out must be a
-    folder (or not exist yet), and each split the recipe names two files with text."""
+    folder (or not exist yet), and each split the recipe names two files with text (format ptb: .mrg files in the
+    treebank archive)."""
     from ..data.corpus import check_split
     from ..recipe import load_recipe
     from .paths import check_output_folder
@@ -52,6 +53,12 @@ def _checked_recipe(path: str, overrides: list[str], out: str | None):
     check_output_folder(out or Path("runs") / Path(path).stem, "--out")
     d = recipe.data
     for field in ("train", "valid", "test"):
-        if getattr(d, field) or field != "test":
+        if not getattr(d, field) and field == "test":
+            continue
+        if d.format == "ptb":  # ranges of .mrg files in a treebank archive, not file prefixes
+            from ..parse.trees import check_treebank_split
+
+            check_treebank_split(d.archive, getattr(d, field), f"data.{field}")
+        else:
             check_split(getattr(d, field), d.src_lang, d.tgt_lang, f"data.{field}")
     return recipe

@@ -172,20 +172,49 @@ def file_range(spec: str) -> list[str]:
     return [f"{prefix}{n:0{len(first)}d}" for n in range(int(first), int(last) + 1)]
 
 
+def treebank_files(archive: str | Path) -> dict[str, str]:
+    """The .mrg files of a zip archive or folder: file stem -> its name in the zip (or its path)."""
+    archive = Path(archive)
+    if archive.is_dir():
+        return {p.stem: str(p) for p in sorted(archive.rglob("*.mrg"))}
+    if not archive.is_file():
+        where = "" if archive.is_absolute() else f" (a relative path is read from the current folder, {Path.cwd()})"
+        raise FileNotFoundError(f"{archive}: no such treebank archive or folder{where}")
+    if not zipfile.is_zipfile(archive):
+        raise ValueError(f"{archive}: not a zip archive; give the treebank's zip or a folder of .mrg files")
+    with zipfile.ZipFile(archive) as z:
+        return {Path(n).stem: n for n in z.namelist() if n.endswith(".mrg")}
+
+
+def check_treebank_split(archive: str | Path, files: str, field: str) -> None:
+    """Before training (format ptb): the archive holds .mrg files in the range (field names the recipe's setting)."""
+    if not str(archive):
+        raise ValueError("data.archive is not set: give the treebank's zip or folder in the recipe or as --data.archive=PATH")
+    if not files:
+        raise ValueError(f"{field} is not set: give a range of .mrg files in the recipe or as --{field}=wsj_0001-0159")
+    try:
+        wanted = file_range(files)
+    except ValueError as err:
+        raise ValueError(f"{field}: {err}") from None
+    try:
+        stored = treebank_files(archive)
+    except (FileNotFoundError, ValueError) as err:
+        raise type(err)(f"data.archive: {err}") from None
+    if not set(wanted) & stored.keys():
+        raise ValueError(f"{field}: {archive} has no .mrg files in the range {files}")
+
+
 def read_treebank(archive: str | Path, files: str) -> list[Tree]:
     """The cleaned trees of the .mrg files named by a range (e.g. wsj_0001-0159) in a zip archive or folder."""
-    archive = Path(archive)
-    wanted = file_range(files)
-    if archive.is_dir():
-        found = {p.stem: p.read_text(encoding="utf-8") for p in sorted(archive.rglob("*.mrg")) if p.stem in wanted}
-    elif archive.is_file():
-        with zipfile.ZipFile(archive) as z:
-            names = {Path(n).stem: n for n in z.namelist() if n.endswith(".mrg")}
-            found = {stem: z.read(names[stem]).decode("utf-8") for stem in wanted if stem in names}
-    else:
-        raise FileNotFoundError(f"{archive}: no such treebank archive or folder")
-    if not found:
+    wanted, stored = file_range(files), treebank_files(archive)
+    names = {stem: stored[stem] for stem in wanted if stem in stored}
+    if not names:
         raise ValueError(f"{archive}: no .mrg files in the range {files}")
+    if Path(archive).is_dir():
+        found = {stem: Path(path).read_text(encoding="utf-8") for stem, path in names.items()}
+    else:
+        with zipfile.ZipFile(archive) as z:
+            found = {stem: z.read(name).decode("utf-8") for stem, name in names.items()}
     trees = []
     for stem in wanted:
         if stem in found:
