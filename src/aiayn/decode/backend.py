@@ -10,7 +10,7 @@ a step, and oneDNN runs it 1.5-2x faster on a matrix packed once for it than eit
 plain one; so the same measurement also times the packed vocabulary, and "+packed" is added where it
 makes the step's products faster (by `PACKED_MARGIN` where its fresh logits each step are large). A
 backend can be forced by an option or by the environment variable AIAYN_GEMM (mkl, onednn,
-mkl+packed, onednn+packed), so that a run can be reproduced.
+mkl+packed, onednn+packed, onednn+gemv), so that a run can be reproduced.
 Under torch.distributed every rank takes rank 0's choice. Both compute x W^T + b in float32: the
 logits agree to rounding (tests/test_backend.py), the translations are the same.
 
