@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
 import torch
@@ -143,7 +144,7 @@ TINY_PARSER = ["--data.train=wsj_0001-0010", "--data.valid=wsj_0160", "--data.te
 
 
 @pytest.mark.parametrize("units", ["subwords", "words"])
-def test_training_a_parser_from_the_recipe(tmp_path, units):
+def test_training_a_parser_from_the_recipe(tmp_path, capsys, units):
     """`aiayn train recipes/ptb-parse.yaml`, as docs/parsing.md gives it, with a tiny model: the command itself, whose
     checks of the recipe's splits once took the treebank's file ranges for text files and refused the recipe."""
     assert main(["train", str(REPO / "recipes" / "ptb-parse.yaml"), "--out", str(tmp_path), f"--data.archive={ARCHIVE}",
@@ -157,6 +158,47 @@ def test_training_a_parser_from_the_recipe(tmp_path, units):
     assert isinstance(parser.translator.tokenizer.source, WordVocab) == (units == "words")
     assert [t.words() for t in parser.parse([" ".join(t.words()) for t in test_trees[:2]])] == [
         t.words() for t in test_trees[:2]]
+
+    # `aiayn average RUN`: a parser's tokenizer is kept beside the run, not in its checkpoints, and goes with the mean
+    assert not ParseTokenizer.is_saved_in(tmp_path / "checkpoints" / "step-2")
+    assert main(["average", str(tmp_path), "--last", "2", "--out", str(tmp_path / "avg")]) == 0
+    averaged = Parser.load(tmp_path / "avg", beam_size=1)
+    assert averaged.parse(["Mr. Vinken is chairman ."])[0].words() == "Mr. Vinken is chairman .".split()
+    shutil.rmtree(tmp_path / "model")  # a run killed before its end has no final model; without its tokenizer too:
+    shutil.rmtree(tmp_path / "avg")
+    for name in averaged.translator.tokenizer.files():
+        (tmp_path / name).unlink()
+    assert main(["average", str(tmp_path), "--last", "2", "--out", str(tmp_path / "avg")]) == 2
+    assert "no tokenizer" in capsys.readouterr().err and not (tmp_path / "avg").exists()  # refused before writing
+
+
+@pytest.mark.parametrize("command", [["translate"], ["evaluate", "--src", "{words}", "--ref", "{words}"],
+                                     ["serve", "--port", "0"]])
+def test_the_translation_commands_refuse_a_parsing_model_by_name(parser_dir, tmp_path, capsys, command):
+    """Its outputs are tree symbols: `aiayn parse` runs it, as parse refuses a translation model."""
+    words = tmp_path / "words.txt"
+    words.write_text("Mr. Vinken is chairman .\n")
+    name, *rest = [part.format(words=words) for part in command]
+    assert main([name, "--model", str(parser_dir), *rest]) == 2
+    err = capsys.readouterr().err
+    assert f"{parser_dir}: a parsing model, not a translation model" in err and "aiayn parse --model" in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_a_parsing_runs_tokenizer_is_aiayns_own_in_its_run_folder(tmp_path):
+    """A failed start's tokenizer is built anew with the fixed recipe (as spm.model is); a folder aiayn did not make
+    that holds a parser's tokenizer is not taken for a run."""
+    from aiayn.train.run_folder import RunFolderError, check, start_over
+
+    mine = tmp_path / "notes.txt"
+    mine.write_text("the user's")
+    for name in ("parse-source.spm", "parse-target.json"):
+        (tmp_path / name).write_text("{}")
+    recipe = load_recipe(REPO / "recipes" / "ptb-parse.yaml", [])
+    with pytest.raises(RunFolderError, match="holds parse-source.spm"):
+        check(tmp_path, recipe, None)
+    start_over(tmp_path, recipe.to_dict())
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]
 
 
 @pytest.mark.parametrize("setting, message", [

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import stat
 from pathlib import Path
 
 import pytest
@@ -314,6 +315,23 @@ def test_a_run_averages_the_share_of_its_steps_that_average_share_asks(tmp_path)
                                 "--train.keep_checkpoints=10", "--train.average_last=2", "--train.average_share=0.6"),
                     tmp_path, log=lambda _: None)
     assert results["averaged"] == ["step-12", "step-16", "step-20"]  # 12 of 20 steps: 12 / 4 = 3 checkpoints
+
+
+def test_model_files_get_the_permissions_open_gives(tmp_path):
+    """safetensors' save_file makes its files 0600: a model, a checkpoint, a mean and an export written through it are
+    as readable as the config.json beside them (open()'s 0666 less the umask), so a model can be shared."""
+    plain = tmp_path / "plain"
+    plain.write_text("")
+    expected = stat.S_IMODE(plain.stat().st_mode)
+    out = tmp_path / "run"
+    train(tiny_recipe("--train.max_steps=2", "--train.eval_every=0", "--train.save_every=1", "--data.test="), out,
+          log=lambda _: None)
+    assert cli_main(["average", str(out), "--last", "2", "--out", str(tmp_path / "avg")]) == 0
+    assert cli_main(["convert", str(out / "model"), str(tmp_path / "marian"), "--to", "marian"]) == 0
+    written = [out / "model" / "model.safetensors", *(out / "checkpoints" / "step-2").glob("*.safetensors"),
+               tmp_path / "avg" / "model.safetensors", tmp_path / "marian" / "model.safetensors"]
+    assert len(written) == 5 and {p: stat.S_IMODE(p.stat().st_mode) for p in written} == dict.fromkeys(written, expected)
+    assert stat.S_IMODE((out / "model" / "config.json").stat().st_mode) == expected
 
 
 def test_tiny_run_learns_and_writes_a_model_directory(tmp_path):

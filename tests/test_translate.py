@@ -166,11 +166,12 @@ def test_cli_invalid_utf8_names_the_line(model_dir, tmp_path, capsys):
     assert f"{src}: line 3: not valid UTF-8" in capsys.readouterr().err
 
 
-def test_cli_stdin_to_stdout(model_dir):
+@pytest.mark.parametrize("dashes", [[], ["-i", "-", "-o", "-"]])
+def test_cli_stdin_to_stdout(model_dir, dashes):
     env = {**os.environ, "PYTHONIOENCODING": "ascii"}  # the output is UTF-8 whatever the locale says
     text = "Ein Mädchen ☃.\n\nDogs.\n"
     done = subprocess.run(
-        [sys.executable, "-m", "aiayn", "translate", "--model", str(model_dir), "-b", "1"],
+        [sys.executable, "-m", "aiayn", "translate", "--model", str(model_dir), "-b", "1", *dashes],
         input=text.encode(), capture_output=True, env=env, timeout=120,
     )
     assert done.returncode == 0, done.stderr.decode()

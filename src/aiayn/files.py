@@ -36,6 +36,13 @@ def temporary_beside(path: str | Path) -> Path:
     return Path(name)
 
 
+def with_default_mode(path: str | Path) -> None:
+    """Give path the permissions open() would have given it (0666 less the umask). safetensors' save_file makes its
+    file anew with mode 0600 whatever was there, so a model or checkpoint written through it would be readable by
+    its owner alone, where every other file aiayn writes beside it is as the umask says."""
+    os.chmod(path, 0o666 & ~UMASK)
+
+
 SUFFIX = ".aiayn.tmp"
 HOST = re.sub(r"[^A-Za-z0-9_]", "_", socket.gethostname()) or "host"  # a folder on a network file system has writers elsewhere
 TEMPORARY = re.compile(r"^\..+\.([A-Za-z0-9_]+)-(\d+)\.[a-z0-9_]{8}\.aiayn\.tmp$")  # temporary_beside's names

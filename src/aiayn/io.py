@@ -25,7 +25,7 @@ from safetensors.torch import save_model as _save_weights
 from torch import Tensor, nn
 
 from . import __version__, faults
-from .files import temporary_beside
+from .files import temporary_beside, with_default_mode
 from .config import ModelConfig
 from .model import Transformer
 
@@ -322,6 +322,7 @@ def save_model(model: Transformer, directory: str | Path, vocab_proto: bytes | N
     tmp = temporary_beside(directory / WEIGHTS)
     try:
         _save_weights(model, str(tmp))
+        with_default_mode(tmp)
         os.replace(tmp, directory / WEIGHTS)
     finally:
         tmp.unlink(missing_ok=True)

@@ -15,15 +15,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..marian.convert import load_tokenizer, save_tokenizer, tokenizer_files
     from ..train.checkpoint import average_checkpoints, checkpoints_to_average
     from .convert import check_output
 
     directories: list[Path] = []
+    homes: list[Path] = []  # where the last input's tokenizer may be, in order
+    run = False  # whether the last input is a training folder
     for item in map(Path, args.inputs):
         if (item / "checkpoints").is_dir():
             directories += checkpoints_to_average(item / "checkpoints", args.last)  # near-duplicates left out
+            homes, run = directories[-1:] + [item / "model", item], True
         elif (item / "model.safetensors").is_file():
             directories.append(item)
+            homes, run = [item], False
         else:
             raise FileNotFoundError(f"{item}: neither a model directory nor a training folder with checkpoints/")
     if args.last < 1:
@@ -31,15 +36,35 @@ def run(args: argparse.Namespace) -> int:
     if not directories:
         raise FileNotFoundError(f"{', '.join(args.inputs)}: no checkpoints to average")
     same_model(directories)
+    tokenizer = tokenizer_of(homes, load_tokenizer, required=run)
     out = Path(args.out)
     for directory in directories:  # writing into a checkpoint being averaged could destroy it
         check_output(directory, out)
-    there = [name for name in WRITTEN if (out / name).exists()]
+    written = [*WRITTEN, *(tokenizer_files(tokenizer) if tokenizer is not None else ())]
+    there = [name for name in dict.fromkeys(written) if (out / name).exists()]
     if there and not args.force:
         raise ValueError(f"{out} already holds {', '.join(there)}; pass --force to replace them")
     average_checkpoints(directories, out)
+    if tokenizer is not None:  # a parser's or a fine-tuned Marian model's lives beside the run, not in its checkpoints
+        save_tokenizer(tokenizer, out)
     print(f"{args.out}: the mean of {len(directories)} checkpoint(s): {', '.join(str(d) for d in directories)}")
     return 0
+
+
+def tokenizer_of(homes: list[Path], load_tokenizer, required: bool):
+    """The tokenizer to write beside the mean: the first found in homes (the last checkpoint, then a training
+    folder's final model and the folder itself, where a parsing run and a run from --init keep theirs). None where
+    the model directories averaged have none (models saved without one, from Python); a training folder's mean
+    without one could not be read as text, so it is refused (required) before anything is written."""
+    for home in homes:
+        try:
+            return load_tokenizer(home)
+        except FileNotFoundError:
+            continue
+    if not required:
+        return None
+    raise FileNotFoundError(f"no tokenizer (spm.model, Marian's vocab.json and spm files, or a parser's parse-target.json) "
+                            f"in {', '.join(map(str, homes))}; the averaged weights could not be used without it")
 
 
 WRITTEN = ("model.safetensors", "config.json", "spm.model")  # what average_checkpoints writes in --out

@@ -15,8 +15,11 @@ from typing import TextIO
 from ..files import temporary_beside
 
 
-def input_file(text: str) -> str:
-    """An argparse type: a file (or a pipe such as bash's `<(cmd)`) that exists and is not a directory."""
+def input_file(text: str) -> str | None:
+    """An argparse type: a file (or a pipe such as bash's `<(cmd)`) that exists and is not a directory; "-" is
+    standard input (None)."""
+    if text == "-":
+        return None
     if Path(text).is_dir():
         raise argparse.ArgumentTypeError(f"{text} is a directory, not a text file")
     if not Path(text).exists():

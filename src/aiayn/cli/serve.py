@@ -13,7 +13,7 @@ import sys
 from dataclasses import fields
 
 from ..serve.limits import Limits
-from .translate import add_gemm_argument
+from .translate import add_gemm_argument, refuse_a_parser
 
 HELP = {
     "max_body_bytes": "largest request body", "max_lines": "lines in one translate request",
@@ -49,6 +49,7 @@ def run(args: argparse.Namespace) -> int:
     from ..decode.translate import Translator
     from ..serve.app import build_app, is_local_name
 
+    refuse_a_parser(args.model, "aiayn serve")
     limits = Limits(**{f.name: getattr(args, f.name) for f in fields(Limits)})
     if args.beam_size is not None and not 1 <= args.beam_size <= limits.max_beam:
         raise ValueError(f"--beam-size {args.beam_size} is out of range: 1 to --max-beam ({limits.max_beam})")

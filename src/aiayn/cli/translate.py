@@ -94,6 +94,16 @@ def number(above: float | None = None, at_most: float | None = None):
     return parse
 
 
+def refuse_a_parser(model: str, command: str) -> None:
+    """A parsing model's outputs are tree symbols, not text: `aiayn parse` runs it (as parse refuses a translation
+    model)."""
+    from ..parse.tokenizer import ParseTokenizer
+
+    if ParseTokenizer.is_saved_in(model):
+        raise ValueError(f"{model}: a parsing model, not a translation model (it has parse-target.json); "
+                         f"{command} takes translation models: parse with `aiayn parse --model {model}`")
+
+
 def load_translator(args: argparse.Namespace):
     import torch
 
@@ -101,6 +111,7 @@ def load_translator(args: argparse.Namespace):
     from ..decode.translate import Translator, check_device
 
     check_device(args.device, "--device")
+    refuse_a_parser(args.model, f"aiayn {getattr(args, 'command', None) or 'translate'}")
     caches_for_translation()  # a process that only translates: oneDNN's smaller caches, before its first product
     sampling = [f"--{name.replace('_', '-')}" for name in ("temperature", "top_k", "top_p") if getattr(args, name) is not None]
     if sampling and not args.sample:

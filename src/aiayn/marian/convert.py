@@ -51,15 +51,20 @@ def load_tokenizer(directory: str | Path) -> Vocab | MarianTokenizer | ParseToke
     raise FileNotFoundError(f"{directory}: no tokenizer ({io.VOCAB}, or {SOURCE_SPM}/{TARGET_SPM}/{VOCAB})")
 
 
-def save_tokenizer(tokenizer: Vocab | MarianTokenizer | ParseTokenizer, directory: str | Path) -> None:
-    """Write a tokenizer beside a model so that `load_tokenizer` reads it back: spm.model, or Marian's files."""
-    directory = Path(directory)
+def tokenizer_files(tokenizer: Vocab | MarianTokenizer | ParseTokenizer) -> dict[str, bytes]:
+    """The files `save_tokenizer` writes for tokenizer: name -> contents."""
     if isinstance(tokenizer, ParseTokenizer):
-        return tokenizer.save(directory)
-    files = {io.VOCAB: tokenizer.proto} if isinstance(tokenizer, Vocab) else marian_tokenizer_files(tokenizer)
+        return tokenizer.files()
+    return {io.VOCAB: tokenizer.proto} if isinstance(tokenizer, Vocab) else marian_tokenizer_files(tokenizer)
+
+
+def save_tokenizer(tokenizer: Vocab | MarianTokenizer | ParseTokenizer, directory: str | Path) -> None:
+    """Write a tokenizer beside a model so that `load_tokenizer` reads it back: spm.model, Marian's files, or a
+    parser's."""
+    directory = Path(directory)
     if not isinstance(tokenizer, Vocab):
         (directory / io.VOCAB).unlink(missing_ok=True)  # a stale spm.model would be read first
-    for name, data in files.items():
+    for name, data in tokenizer_files(tokenizer).items():
         io.write_atomic(directory / name, data)
 
 

@@ -17,7 +17,7 @@ import torch
 from torch import Tensor
 
 from .. import io
-from ..files import temporary_beside
+from ..files import temporary_beside, with_default_mode
 from ..config import ModelConfig
 from ..model import Transformer, sinusoid_table
 from ..data.vocab import Vocab
@@ -186,6 +186,7 @@ def save_marian(model: Transformer, tokenizer: Vocab | MarianTokenizer, director
     tmp = temporary_beside(directory / SAFETENSORS)
     try:
         save_file(hf_state_dict(state, config), str(tmp), metadata={"format": "pt"})
+        with_default_mode(tmp)
         tmp.replace(directory / SAFETENSORS)
     finally:
         tmp.unlink(missing_ok=True)

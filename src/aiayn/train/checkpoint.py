@@ -29,7 +29,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from .. import faults
-from ..files import temporary_beside
+from ..files import temporary_beside, with_default_mode
 from ..data.batching import BatchStream
 from ..io import WEIGHTS, load_plain_pickle, save_model, write_atomic
 from ..model import Transformer
@@ -170,6 +170,7 @@ def save_checkpoint(directory: Path, model: Transformer, vocab_proto: bytes | No
         faults.point("checkpoint.after-model")
         plain, tensors = _split(optimizer_state, state)
         save_file(tensors, str(tmp / TENSORS))
+        with_default_mode(tmp / TENSORS)
         faults.point("checkpoint.after-state-tensors")
         write_atomic(tmp / STATE, json.dumps(plain).encode(), fault="checkpoint-state")
         _fsync_directory(tmp)
@@ -304,6 +305,7 @@ def average_checkpoints(directories: list[Path], out: Path) -> Path:
     tmp = temporary_beside(out / WEIGHTS)
     try:
         save_file(averaged, str(tmp), metadata={"format": "pt"})
+        with_default_mode(tmp)
         faults.point("average.partial", partial=tmp)
         faults.point("average.before-rename")
         os.replace(tmp, out / WEIGHTS)

@@ -23,10 +23,13 @@ import yaml
 
 from .. import __version__, faults
 from ..io import write_atomic
+from ..parse.tokenizer import SOURCE_FILE, TARGET_FILE, WORDS_FILE
 from ..recipe import Recipe
 
 RECORD, LOCK, RECIPE, RESOLVED = "run.json", ".aiayn.lock", "recipe.yaml", "recipe.resolved.yaml"
-WRITTEN = ("spm.model", "data", "checkpoints", "model", "tensorboard", "results.json", "test.hyp", RECIPE, RECORD)
+PARSER_VOCABULARIES = (SOURCE_FILE, WORDS_FILE, TARGET_FILE)  # a parsing run's tokenizer (parse/tokenizer.py)
+WRITTEN = ("spm.model", *PARSER_VOCABULARIES, "data", "checkpoints", "model", "tensorboard", "results.json", "test.hyp",
+           RECIPE, RECORD)
 # What a resume may not change: the data, the vocabulary and the model, and what fixes the data
 # order (the saved position counts batches of batch_tokens, shuffled with seed).
 ALLOWED_DATA = ("valid", "test")  # read again at each evaluation and at the end
@@ -128,6 +131,8 @@ def start_over(out: Path, old: dict[str, Any]) -> None:
     folder aiayn made (run.json)."""
     if not old.get("data", {}).get("vocab"):
         (out / "spm.model").unlink(missing_ok=True)
+    for name in PARSER_VOCABULARIES:  # built from the recipe's data and vocabulary size, as spm.model is
+        (out / name).unlink(missing_ok=True)
     data = out / "data"
     if data.is_dir():
         for path in data.glob("*.safetensors"):
