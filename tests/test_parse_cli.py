@@ -137,8 +137,9 @@ def test_evaluate_task_parse_json(tmp_path, capsys, trees):
     assert "has 19 lines but" in capsys.readouterr().err
 
 
-TINY_PARSER = ["--data.train=wsj_0001-0010", "--data.valid=wsj_0160", "--data.test=wsj_0199", "--data.vocab_size=300",
-               "--data.max_subwords=90", "--model.d_model=32", "--model.d_ff=64", "--model.n_layers=1", "--model.n_heads=2",
+TINY_SPLITS = ["--data.train=wsj_0001-0010", "--data.valid=wsj_0160", "--data.test=wsj_0199"]
+TINY_PARSER = [*TINY_SPLITS, "--data.vocab_size=300", "--data.max_subwords=90", "--model.d_model=32", "--model.d_ff=64",
+               "--model.n_layers=1", "--model.n_heads=2",
                "--model.max_len=96", "--train.max_steps=2", "--train.save_every=1", "--train.beam_size=1",
                "--train.max_minutes=0", "--train.eval_every=0"]
 
@@ -164,6 +165,9 @@ def test_training_a_parser_from_the_recipe(tmp_path, capsys, units):
     assert main(["average", str(tmp_path), "--last", "2", "--out", str(tmp_path / "avg")]) == 0
     averaged = Parser.load(tmp_path / "avg", beam_size=1)
     assert averaged.parse(["Mr. Vinken is chairman ."])[0].words() == "Mr. Vinken is chairman .".split()
+    steps = [str(tmp_path / "checkpoints" / f"step-{n}") for n in (1, 2)]  # or its checkpoints named one by one
+    assert main(["average", *steps, "--out", str(tmp_path / "avg-steps")]) == 0
+    assert (tmp_path / "avg-steps" / "parse-target.json").read_bytes() == (tmp_path / "avg" / "parse-target.json").read_bytes()
     shutil.rmtree(tmp_path / "model")  # a run killed before its end has no final model; without its tokenizer too:
     shutil.rmtree(tmp_path / "avg")
     for name in averaged.translator.tokenizer.files():
@@ -183,6 +187,35 @@ def test_the_translation_commands_refuse_a_parsing_model_by_name(parser_dir, tmp
     err = capsys.readouterr().err
     assert f"{parser_dir}: a parsing model, not a translation model" in err and "aiayn parse --model" in err
     assert len(err.strip().splitlines()) == 1
+
+
+def test_a_tokenizer_saved_over_another_kind_is_the_one_read_back(parser_dir, tmp_path, trees):
+    """`aiayn average --force` into a folder that held another model: the loader reads a parser's files before an
+    spm.model, and a parser's whole-word source before its subwords, so the other kind's files must go."""
+    from aiayn.data.vocab import Vocab
+    from aiayn.marian.convert import load_tokenizer, save_tokenizer
+
+    subwords = ParseTokenizer.load(parser_dir)
+    words = ParseTokenizer.train([" ".join(t.words()) for t in trees], [" ".join(linearize(t)) for t in trees], 100,
+                                 units="words")
+    save_tokenizer(words, tmp_path)
+    save_tokenizer(subwords, tmp_path)
+    assert not isinstance(load_tokenizer(tmp_path).source, WordVocab)
+    vocab = Vocab.train(["a b c d e f g h"] * 50 + ["some other words here"] * 50, 40)
+    save_tokenizer(vocab, tmp_path)
+    assert isinstance(load_tokenizer(tmp_path), Vocab) and sorted(p.name for p in tmp_path.iterdir()) == ["spm.model"]
+
+
+def test_average_refuses_parsers_with_other_symbols(parser_dir, tmp_path, capsys):
+    """Their weights mean other tree symbols: the mean is refused by name (spm.model's check covers translation)."""
+    a, b = shutil.copytree(parser_dir, tmp_path / "a"), shutil.copytree(parser_dir, tmp_path / "b")
+    target = json.loads((b / "parse-target.json").read_text())
+    target["symbols"][-2:] = target["symbols"][-1:-3:-1]  # two symbols swapped
+    (b / "parse-target.json").write_text(json.dumps(target))
+    assert main(["average", str(a), str(b), "--out", str(tmp_path / "mean")]) == 2
+    assert f"{b}: another tokenizer than {a}" in capsys.readouterr().err and not (tmp_path / "mean").exists()
+    assert main(["average", str(a), str(a), "--out", str(tmp_path / "mean")]) == 0
+    assert ParseTokenizer.is_saved_in(tmp_path / "mean")
 
 
 def test_a_parsing_runs_tokenizer_is_aiayns_own_in_its_run_folder(tmp_path):
@@ -214,7 +247,7 @@ def test_a_parsing_recipe_with_a_bad_treebank_is_refused_by_name(tmp_path, capsy
     fill = {"readme": REPO / "README.md", "archive": ARCHIVE}
     out = tmp_path / "run"
     assert main(["train", str(REPO / "recipes" / "ptb-parse.yaml"), "--out", str(out), f"--data.archive={ARCHIVE}",
-                 setting.format(**fill), *TINY_PARSER[4:]]) == 2
+                 *TINY_PARSER, setting.format(**fill)]) == 2
     err = capsys.readouterr().err
     assert message.format(**fill) in err and len(err.strip().splitlines()) == 1 and not out.exists()
 

@@ -18,6 +18,11 @@ def _umask() -> int:
 UMASK = _umask()  # read once, at import: os.umask can only be read by setting it
 
 
+def open_mode() -> int:
+    """The permissions open() gives a new file: 0666 less the umask."""
+    return 0o666 & ~UMASK
+
+
 def temporary_beside(path: str | Path) -> Path:
     """A new empty file in path's folder, `.NAME.HOST-PID.XXXXXXXX.aiayn.tmp`, that no other file had as its name.
 
@@ -31,7 +36,7 @@ def temporary_beside(path: str | Path) -> Path:
         fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.{HOST}-{os.getpid()}.", suffix=SUFFIX)
     except OSError as err:  # named by the file asked for, not by the temporary's random name
         raise type(err)(err.errno, err.strerror, str(path)) from None
-    os.fchmod(fd, 0o666 & ~UMASK)
+    os.fchmod(fd, open_mode())
     os.close(fd)
     return Path(name)
 
@@ -40,7 +45,7 @@ def with_default_mode(path: str | Path) -> None:
     """Give path the permissions open() would have given it (0666 less the umask). safetensors' save_file makes its
     file anew with mode 0600 whatever was there, so a model or checkpoint written through it would be readable by
     its owner alone, where every other file aiayn writes beside it is as the umask says."""
-    os.chmod(path, 0o666 & ~UMASK)
+    os.chmod(path, open_mode())
 
 
 SUFFIX = ".aiayn.tmp"

@@ -15,47 +15,56 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..marian.convert import load_tokenizer, save_tokenizer, tokenizer_files
+    from ..marian.convert import TOKENIZER_FILES
     from ..train.checkpoint import average_checkpoints, checkpoints_to_average
     from .convert import check_output
 
-    directories: list[Path] = []
-    homes: list[Path] = []  # where the last input's tokenizer may be, in order
-    run = False  # whether the last input is a training folder
-    for item in map(Path, args.inputs):
-        if (item / "checkpoints").is_dir():
-            directories += checkpoints_to_average(item / "checkpoints", args.last)  # near-duplicates left out
-            homes, run = directories[-1:] + [item / "model", item], True
-        elif (item / "model.safetensors").is_file():
-            directories.append(item)
-            homes, run = [item], False
-        else:
-            raise FileNotFoundError(f"{item}: neither a model directory nor a training folder with checkpoints/")
     if args.last < 1:
         raise ValueError(f"--last {args.last}: take at least one checkpoint")
+    directories: list[Path] = []
+    homes_of = []  # (input, where its tokenizer may be, whether it must have one) for each input that gave checkpoints
+    for item in map(Path, args.inputs):
+        if (item / "checkpoints").is_dir():
+            found = checkpoints_to_average(item / "checkpoints", args.last)  # near-duplicates left out
+            homes, from_a_run = found[-1:] + [item / "model", item], True
+        elif (item / "model.safetensors").is_file():
+            found, run_folder = [item], run_of(item)
+            homes, from_a_run = ([item, run_folder / "model", run_folder], True) if run_folder else ([item], False)
+        else:
+            raise FileNotFoundError(f"{item}: neither a model directory nor a training folder with checkpoints/")
+        directories += found
+        if found:
+            homes_of.append((item, homes, from_a_run))
     if not directories:
         raise FileNotFoundError(f"{', '.join(args.inputs)}: no checkpoints to average")
     same_model(directories)
-    tokenizer = tokenizer_of(homes, load_tokenizer, required=run)
+    tokenizer = same_tokenizer([(item, tokenizer_of(homes, required)) for item, homes, required in homes_of])
     out = Path(args.out)
     for directory in directories:  # writing into a checkpoint being averaged could destroy it
         check_output(directory, out)
-    written = [*WRITTEN, *(tokenizer_files(tokenizer) if tokenizer is not None else ())]
-    there = [name for name in dict.fromkeys(written) if (out / name).exists()]
+    there = [name for name in dict.fromkeys([*WRITTEN, *TOKENIZER_FILES]) if (out / name).exists()]
     if there and not args.force:
         raise ValueError(f"{out} already holds {', '.join(there)}; pass --force to replace them")
-    average_checkpoints(directories, out)
-    if tokenizer is not None:  # a parser's or a fine-tuned Marian model's lives beside the run, not in its checkpoints
-        save_tokenizer(tokenizer, out)
+    average_checkpoints(directories, out, tokenizer)
     print(f"{args.out}: the mean of {len(directories)} checkpoint(s): {', '.join(str(d) for d in directories)}")
     return 0
 
 
-def tokenizer_of(homes: list[Path], load_tokenizer, required: bool):
-    """The tokenizer to write beside the mean: the first found in homes (the last checkpoint, then a training
-    folder's final model and the folder itself, where a parsing run and a run from --init keep theirs). None where
-    the model directories averaged have none (models saved without one, from Python); a training folder's mean
-    without one could not be read as text, so it is refused (required) before anything is written."""
+def run_of(checkpoint: Path) -> Path | None:
+    """The training folder whose checkpoints/ holds checkpoint, if it is one (run.json beside checkpoints/)."""
+    from ..train.run_folder import RECORD
+
+    folder = checkpoint.parent.parent
+    return folder if checkpoint.parent.name == "checkpoints" and (folder / RECORD).is_file() else None
+
+
+def tokenizer_of(homes: list[Path], required: bool):
+    """The tokenizer to write beside the mean: the first found in homes (a checkpoint, then its training folder's
+    final model and the folder itself, where a parsing run and a run from --init keep theirs). None where model
+    directories saved without one (from Python) are averaged; a run's checkpoints without one would give a mean
+    that cannot be read as text, so they are refused (required) before anything is written."""
+    from ..marian.convert import load_tokenizer
+
     for home in homes:
         try:
             return load_tokenizer(home)
@@ -65,6 +74,18 @@ def tokenizer_of(homes: list[Path], load_tokenizer, required: bool):
         return None
     raise FileNotFoundError(f"no tokenizer (spm.model, Marian's vocab.json and spm files, or a parser's parse-target.json) "
                             f"in {', '.join(map(str, homes))}; the averaged weights could not be used without it")
+
+
+def same_tokenizer(tokenizers: list):
+    """The one tokenizer of every input that has one; inputs with different tokenizers are refused by name (their
+    weights mean other pieces or symbols)."""
+    from ..marian.convert import tokenizer_files
+
+    known = [(item, tokenizer, tokenizer_files(tokenizer)) for item, tokenizer in tokenizers if tokenizer is not None]
+    for item, _, files in known[1:]:
+        if files != known[0][2]:
+            raise ValueError(f"{item}: another tokenizer than {known[0][0]}; their weights mean other pieces")
+    return known[-1][1] if known else None
 
 
 WRITTEN = ("model.safetensors", "config.json", "spm.model")  # what average_checkpoints writes in --out

@@ -10,7 +10,7 @@ import argparse
 import json
 
 from .paths import output_file, same_file, text_output
-from .translate import add_search_arguments, chunks, load_translator, read_lines
+from .translate import add_search_arguments, chunks, load_translator, read_lines, refuse_a_parser
 
 DEFAULT_LANG = "de"  # the paper's En-De tokenised BLEU
 
@@ -53,6 +53,8 @@ def run(args: argparse.Namespace) -> int:
         if args.save_hyp and given and same_file(given, args.save_hyp):
             raise ValueError(f"--save-hyp {args.save_hyp}: the same file as --{flag} {given}, which it would replace; "
                              "save the translations elsewhere")
+    if args.model:  # before any file is read
+        refuse_a_parser(args.model, "aiayn evaluate")
     refs = read_file(args.ref)
     if not refs:
         raise ValueError(f"{args.ref}: empty file; there is nothing to score")

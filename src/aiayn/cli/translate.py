@@ -97,10 +97,10 @@ def number(above: float | None = None, at_most: float | None = None):
 def refuse_a_parser(model: str, command: str) -> None:
     """A parsing model's outputs are tree symbols, not text: `aiayn parse` runs it (as parse refuses a translation
     model)."""
-    from ..parse.tokenizer import ParseTokenizer
+    from ..parse.tokenizer import TARGET_FILE, ParseTokenizer
 
     if ParseTokenizer.is_saved_in(model):
-        raise ValueError(f"{model}: a parsing model, not a translation model (it has parse-target.json); "
+        raise ValueError(f"{model}: a parsing model, not a translation model (it has {TARGET_FILE}); "
                          f"{command} takes translation models: parse with `aiayn parse --model {model}`")
 
 

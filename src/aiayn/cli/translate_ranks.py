@@ -25,10 +25,12 @@ from .translate import CHUNK, chunks, read_lines
 
 def run(args: argparse.Namespace) -> int:
     """Join the process group, translate this rank's share of args.input; rank 0 writes args.output."""
-    from .translate import load_translator
+    from .translate import load_translator, refuse_a_parser
 
     if not (args.input and args.output):
-        raise ValueError("under torchrun, give --input and --output (every rank reads the input file)")
+        raise ValueError("under torchrun, give --input FILE and --output FILE (every rank reads the input file, so "
+                         "not standard input)")
+    refuse_a_parser(args.model, "aiayn translate")  # on every rank, before the process group
     device, joined = distributed.init(torch.device(args.device))
     try:
         args.device = str(device)  # cuda: this rank's GPU, LOCAL_RANK

@@ -19,10 +19,10 @@ from .. import io
 from ..config import DecodeConfig, ModelConfig
 from ..data.vocab import Vocab
 from ..model import Transformer
-from ..parse.tokenizer import ParseTokenizer
+from ..parse.tokenizer import SOURCE_FILE, TARGET_FILE, WORDS_FILE, ParseTokenizer
 from .export import marian_tokenizer_files, save_marian
 from .load import is_marian_model, load_marian, model_config_from_marian, read_marian_config
-from .tokenizer import SOURCE_SPM, TARGET_SPM, VOCAB, MarianTokenizer
+from .tokenizer import SOURCE_SPM, TARGET_SPM, TARGET_VOCAB, VOCAB, MarianTokenizer
 
 FORMATS = ("aiayn", "marian", "ctranslate2")
 QUANTIZATIONS = ("int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16", "bfloat16", "float32")
@@ -58,13 +58,21 @@ def tokenizer_files(tokenizer: Vocab | MarianTokenizer | ParseTokenizer) -> dict
     return {io.VOCAB: tokenizer.proto} if isinstance(tokenizer, Vocab) else marian_tokenizer_files(tokenizer)
 
 
+# Every kind's tokenizer files, a parser's first: `load_tokenizer` reads a parser's before spm.model, and spm.model
+# before Marian's.
+TOKENIZER_FILES = (TARGET_FILE, WORDS_FILE, SOURCE_FILE, io.VOCAB, VOCAB, TARGET_VOCAB, SOURCE_SPM, TARGET_SPM)
+
+
 def save_tokenizer(tokenizer: Vocab | MarianTokenizer | ParseTokenizer, directory: str | Path) -> None:
     """Write a tokenizer beside a model so that `load_tokenizer` reads it back: spm.model, Marian's files, or a
-    parser's."""
+    parser's. Another tokenizer's files there are removed first, since `load_tokenizer` could read them in place of
+    these (the commands that write into a folder the user named replace them only with --force)."""
     directory = Path(directory)
-    if not isinstance(tokenizer, Vocab):
-        (directory / io.VOCAB).unlink(missing_ok=True)  # a stale spm.model would be read first
-    for name, data in tokenizer_files(tokenizer).items():
+    files = tokenizer_files(tokenizer)
+    for name in TOKENIZER_FILES:
+        if name not in files:
+            (directory / name).unlink(missing_ok=True)
+    for name, data in files.items():
         io.write_atomic(directory / name, data)
 
 

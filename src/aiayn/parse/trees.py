@@ -180,6 +180,8 @@ def treebank_files(archive: str | Path) -> dict[str, str]:
     if not archive.is_file():
         where = "" if archive.is_absolute() else f" (a relative path is read from the current folder, {Path.cwd()})"
         raise FileNotFoundError(f"{archive}: no such treebank archive or folder{where}")
+    with open(archive, "rb"):  # an unreadable file says so (is_zipfile would call it not a zip)
+        pass
     if not zipfile.is_zipfile(archive):
         raise ValueError(f"{archive}: not a zip archive; give the treebank's zip or a folder of .mrg files")
     with zipfile.ZipFile(archive) as z:

@@ -289,19 +289,24 @@ def average_weights(directories: list[Path]) -> dict[str, torch.Tensor]:
     return {name: (t / len(directories)).to(dtypes[name]) for name, t in total.items()}
 
 
-def average_checkpoints(directories: list[Path], out: Path) -> Path:
+def average_checkpoints(directories: list[Path], out: Path, tokenizer=None) -> Path:
     """Write the mean of the checkpoints' weights as a model directory (config and vocabulary of the last).
 
-    Only model.safetensors, config.json and spm.model are written in out, each atomically; the
-    weights go last, so a kill leaves the earlier model or the new one's files beside the old weights.
+    Only model.safetensors, config.json and spm.model (or, given, tokenizer's files: `marian.save_tokenizer`)
+    are written in out, each atomically; the weights go last, so a kill leaves the earlier model or the new
+    one's files beside the old weights.
     """
     averaged = average_weights(directories)
     faults.point("average.after-mean")
     out.mkdir(parents=True, exist_ok=True)
-    for name in ("config.json", "spm.model"):
+    for name in ("config.json", "spm.model") if tokenizer is None else ("config.json",):
         source = Path(directories[-1]) / name
         if source.is_file() and source.resolve() != (out / name).resolve():
             write_atomic(out / name, source.read_bytes())
+    if tokenizer is not None:  # a parser's or a fine-tuned Marian model's: kept beside the run, not in checkpoints
+        from ..marian.convert import save_tokenizer
+
+        save_tokenizer(tokenizer, out)
     tmp = temporary_beside(out / WEIGHTS)
     try:
         save_file(averaged, str(tmp), metadata={"format": "pt"})

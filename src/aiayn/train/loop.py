@@ -418,12 +418,9 @@ def finish(recipe: Recipe, out: Path, start: Start, device: torch.device, log: L
     last = checkpoints_to_average(out / "checkpoints", max(cfg.average_last, 1), cfg.save_every, cfg.average_share)
     if not last:
         return {}
-    average_checkpoints(last, out / "model")
+    # a Marian tokenizer (--init) or a parser's: its own files, so that Translator.load reads OUT/model
+    average_checkpoints(last, out / "model", start.tokenizer if start.vocab_proto is None else None)
     faults.point("final.after-average")
-    if start.vocab_proto is None:  # a Marian tokenizer (--init): its own files, so Translator.load reads OUT/model
-        from ..marian.convert import save_tokenizer
-
-        save_tokenizer(start.tokenizer, out / "model")
     log(f"{out / 'model'}: the mean of {len(last)} checkpoint(s): {', '.join(p.name for p in last)}")
     read = read_column_major if device.type == "cpu" else read_safetensors
     model = for_decoding(load_model(out / "model", device, read))  # only decoded from here on: laid out for it
