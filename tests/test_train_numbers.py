@@ -125,3 +125,14 @@ def test_the_bar_of_a_time_limited_run_counts_seconds_then_the_nearer_limit():
     with bar:  # closes on leaving, errors too
         pass
     assert bar.bar.disable  # tqdm's mark of a closed bar
+
+
+def test_the_bar_of_a_run_past_its_time_limit_ends_full():
+    """The last step ends after the limit (slow steps: 246 s of a 240-second run): 100%, never tqdm's "?" total."""
+    file = io.StringIO()
+    bar = ProgressBar(TrainConfig(max_minutes=4), 0, 0.0, 0.0, file=file)
+    bar.bar.mininterval = 0
+    bar.update(25, 246.4, 0.4, loss="3.700")
+    bar.close()
+    last = file.getvalue().replace("\r", "\n").strip().splitlines()[-1]
+    assert last.startswith("100%") and "240/240 s" in last and "?" not in last

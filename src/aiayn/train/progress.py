@@ -44,10 +44,12 @@ def stop(t: TrainConfig, step: int, seconds: float, epochs: float) -> bool:
 
 
 def _shown(limit: Limit) -> tuple[float, float]:
-    """(done, total) as the bar prints them: whole steps and seconds, epochs to 2 decimals."""
+    """(done, total) as the bar prints them: whole steps and seconds, epochs to 2 decimals. A run stops at the first
+    step boundary past its time limit, so its seconds overshoot: they show as the limit (tqdm would print a count
+    past its total as an unknown total, "0%| 246/? s")."""
     if limit.unit == "epochs":
-        return round(limit.done, 2), limit.total
-    return math.floor(limit.done), round(limit.total)
+        return min(round(limit.done, 2), limit.total), limit.total
+    return min(math.floor(limit.done), round(limit.total)), round(limit.total)
 
 
 class ProgressBar:
