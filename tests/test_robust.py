@@ -280,7 +280,7 @@ def test_disk_full_during_a_checkpoint_keeps_the_earlier_ones(run, tmp_path, cap
         Path(path).write_bytes(b"\0" * 10)  # part of the file, then no space
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), path)
 
-    monkeypatch.setattr(checkpoint, "save_file", full)
+    monkeypatch.setattr(io, "save_file", full)  # what a checkpoint's state tensors are written with (io.save_tensors)
     refused(capsys, train_args(out, "--train.max_steps=6"), "step-6", "No space left on device", "earlier checkpoints")
     assert snapshot(out / "checkpoints") == before  # no .tmp-step-6, step-2 and step-4 intact
     monkeypatch.undo()

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 import torch
+from safetensors.torch import save_file
 from safetensors.torch import save_model as _save_weights
 from torch import Tensor, nn
 
@@ -311,6 +312,12 @@ def write_atomic(path: Path, data: bytes, fault: str | None = None) -> None:
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+def save_tensors(tensors: dict[str, Tensor], path: str | Path, metadata: dict[str, str] | None = None) -> None:
+    """safetensors' save_file, the file then given open()'s permissions: save_file makes it anew with mode 0600."""
+    save_file(tensors, str(path), metadata=metadata)
+    with_default_mode(path)
 
 
 def save_model(model: Transformer, directory: str | Path, vocab_proto: bytes | None = None, **extra) -> Path:

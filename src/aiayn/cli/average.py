@@ -42,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.out)
     for directory in directories:  # writing into a checkpoint being averaged could destroy it
         check_output(directory, out)
-    there = [name for name in dict.fromkeys([*WRITTEN, *TOKENIZER_FILES]) if (out / name).exists()]
+    there = [name for name in (*WRITTEN, *TOKENIZER_FILES) if (out / name).exists()]
     if there and not args.force:
         raise ValueError(f"{out} already holds {', '.join(there)}; pass --force to replace them")
     average_checkpoints(directories, out, tokenizer)
@@ -88,7 +88,7 @@ def same_tokenizer(tokenizers: list):
     return known[-1][1] if known else None
 
 
-WRITTEN = ("model.safetensors", "config.json", "spm.model")  # what average_checkpoints writes in --out
+WRITTEN = ("model.safetensors", "config.json")  # what average_checkpoints writes in --out, besides a tokenizer's files
 
 
 def same_model(directories: list[Path]) -> None:

@@ -17,7 +17,7 @@ import torch
 from torch import Tensor
 
 from .. import io
-from ..files import temporary_beside, with_default_mode
+from ..files import temporary_beside
 from ..config import ModelConfig
 from ..model import Transformer, sinusoid_table
 from ..data.vocab import Vocab
@@ -167,8 +167,6 @@ def save_marian(model: Transformer, tokenizer: Vocab | MarianTokenizer, director
     With an aiayn SentencePiece vocabulary the token ids are relabelled so that <pad> comes last,
     as in every released Marian model (CTranslate2's converter relies on it); vocab.json says so.
     """
-    from safetensors.torch import save_file
-
     config = model.config
     if isinstance(tokenizer, MarianTokenizer):
         state = {k: v.detach().float().cpu() for k, v in model.state_dict().items()}
@@ -185,8 +183,7 @@ def save_marian(model: Transformer, tokenizer: Vocab | MarianTokenizer, director
     directory.mkdir(parents=True, exist_ok=True)
     tmp = temporary_beside(directory / SAFETENSORS)
     try:
-        save_file(hf_state_dict(state, config), str(tmp), metadata={"format": "pt"})
-        with_default_mode(tmp)
+        io.save_tensors(hf_state_dict(state, config), tmp, metadata={"format": "pt"})
         tmp.replace(directory / SAFETENSORS)
     finally:
         tmp.unlink(missing_ok=True)

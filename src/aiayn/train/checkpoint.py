@@ -26,12 +26,12 @@ from typing import Any
 
 import torch
 from safetensors import SafetensorError
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
 
 from .. import faults
-from ..files import temporary_beside, with_default_mode
+from ..files import temporary_beside
 from ..data.batching import BatchStream
-from ..io import WEIGHTS, load_plain_pickle, save_model, write_atomic
+from ..io import WEIGHTS, load_plain_pickle, save_model, save_tensors, write_atomic
 from ..model import Transformer
 from . import distributed
 from .rng import all_rng_states, rng_from_plain, rng_to_plain, set_rng_state
@@ -169,8 +169,7 @@ def save_checkpoint(directory: Path, model: Transformer, vocab_proto: bytes | No
         save_model(model, tmp, vocab_proto, **({"decode": decode} if decode else {}))
         faults.point("checkpoint.after-model")
         plain, tensors = _split(optimizer_state, state)
-        save_file(tensors, str(tmp / TENSORS))
-        with_default_mode(tmp / TENSORS)
+        save_tensors(tensors, tmp / TENSORS)
         faults.point("checkpoint.after-state-tensors")
         write_atomic(tmp / STATE, json.dumps(plain).encode(), fault="checkpoint-state")
         _fsync_directory(tmp)
@@ -309,8 +308,7 @@ def average_checkpoints(directories: list[Path], out: Path, tokenizer=None) -> P
         save_tokenizer(tokenizer, out)
     tmp = temporary_beside(out / WEIGHTS)
     try:
-        save_file(averaged, str(tmp), metadata={"format": "pt"})
-        with_default_mode(tmp)
+        save_tensors(averaged, tmp, metadata={"format": "pt"})
         faults.point("average.partial", partial=tmp)
         faults.point("average.before-rename")
         os.replace(tmp, out / WEIGHTS)
