@@ -6,6 +6,7 @@ message, and that every file under the test's folder is byte for byte what it wa
 
 from __future__ import annotations
 
+import argparse
 import gzip
 import json
 import os
@@ -378,3 +379,57 @@ def test_sizes_no_machine_could_hold_are_refused_by_name(work, capsys):
     (model / "config.json").write_text(json.dumps(meta))
     fails(["translate", "--model", str(model), "-i", str(work / "in.txt")], capsys, work, str(model / "model.safetensors"),
           ignore=model.name)  # the weights' shapes, named, before any matrix of that width is made
+
+
+def numeric_options() -> list[tuple[str, str, object]]:
+    """(command, flag, argparse type) of every option of every command that takes a number."""
+    from aiayn.cli import COMMANDS, build_parser
+
+    parser = build_parser()
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
+    assert set(commands) == set(COMMANDS)
+    found = []
+    for name, sub in commands.items():
+        for action in sub._actions:
+            if action.option_strings and (action.type in (int, float) or hasattr(action.type, "bounds")):
+                found.append((name, action.option_strings[0], action.type))
+    return found
+
+
+def test_every_numeric_option_declares_its_range():
+    bare = [(command, flag) for command, flag, kind in numeric_options() if kind in (int, float)]
+    assert not bare, f"options with a bare int or float type (no range, NaN and infinity let through): {bare}"
+    assert len(numeric_options()) >= 30
+
+
+@pytest.mark.parametrize("command, flag, kind", numeric_options(), ids=lambda v: v if isinstance(v, str) else "")
+def test_every_numeric_option_refuses_nan_infinity_and_a_value_below_its_range(command, flag, kind, capsys):
+    low, _ = kind.bounds
+    for value in ("nan", "inf", "-inf") + (() if low is None else (str(low - 1),)):
+        with pytest.raises(SystemExit) as exit_:
+            main([command, f"{flag}={value}"])  # refused as it is read, before any other check or any work
+        err = capsys.readouterr().err.strip()
+        assert exit_.value.code == 2 and f"argument {flag}" in err and "Traceback" not in err, (value, err)
+        assert len(err.splitlines()) == 2, err
+
+
+def test_translator_load_checks_its_search_options_before_reading_anything(tmp_path):
+    from aiayn import Translator
+
+    missing = tmp_path / "no-model"  # the options are checked first: no folder is read, no backend measured
+    with pytest.raises(ValueError, match="beam_size = -1: must be at least 1"):
+        Translator.load(missing, beam_size=-1)
+    with pytest.raises(ValueError, match="alpha"):
+        Translator.load(missing, alpha=float("nan"))
+    with pytest.raises(TypeError, match="unknown option 'beam'"):
+        Translator.load(missing, beam=4)
+
+
+def test_a_sentence_that_is_not_text_is_named(model_dir):
+    from aiayn import Translator
+
+    translator = Translator.load(model_dir)
+    with pytest.raises(ValueError, match=r"sentences\[1\] is not valid Unicode: a lone surrogate at character 2"):
+        translator.translate(["A man.", "A \ud800 dog."])
+    with pytest.raises(TypeError, match=r"sentences\[0\] = None: must be a string"):
+        translator.translate([None])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 
 from aiayn.cli import main as cli_main
 from aiayn.lab.report import read_claims
@@ -32,8 +33,15 @@ def test_quick_report_holds_the_claims_that_hold_by_construction(tmp_path, data_
 def test_bad_arguments_are_one_line_errors(tmp_path, capsys):
     assert cli_main(["paper", "--model", str(tmp_path / "none"), "--out", str(tmp_path)]) == 2
     assert "no such model directory" in capsys.readouterr().err
-    assert cli_main(["paper", "--layer", "0", "--out", str(tmp_path)]) == 2
-    assert "layers count from 1" in capsys.readouterr().err
+    for flags, message in [(["--layer", "0"], "argument --layer: must be at least 1, got 0"),
+                           (["--threads", "-1"], "argument --threads: must be at least 0, got -1"),
+                           (["--minutes", "0"], "argument --minutes: must be a finite number above 0, got 0"),
+                           (["--minutes", "nan"], "argument --minutes: must be a finite number above 0, got nan")]:
+        with pytest.raises(SystemExit) as exit_:
+            cli_main(["paper", *flags, "--out", str(tmp_path)])
+        assert exit_.value.code == 2 and message in capsys.readouterr().err
+    assert cli_main(["paper", "--quick", "--layer", "99", "--out", str(tmp_path / "lab")]) == 2  # before training
+    assert "--layer 99: the model's encoder has layers 1 to 2" in capsys.readouterr().err
     assert cli_main(["paper", "table3", "--out", str(tmp_path)]) == 2
     assert "--minutes" in capsys.readouterr().err
     assert cli_main(["paper", "table3", "--minutes", "1", "--rows", "h=3", "--out", str(tmp_path)]) == 2

@@ -100,6 +100,31 @@ def test_cli_one_tree_per_line_in_order_with_empty_lines(parser_dir, tmp_path, c
     assert "of 4 trees repaired" in capsys.readouterr().err
 
 
+def test_brackets_in_words_are_written_as_the_treebank_writes_them(parser_dir, tmp_path, capsys):
+    lines = ["He said ( quietly ) .", "f(x) is [ 1 ] and { 2 }", "-LRB- stays"]
+    (tmp_path / "in.txt").write_text("\n".join(lines) + "\n")
+    assert main(["parse", "--model", str(parser_dir), "-i", str(tmp_path / "in.txt"), "-o", str(tmp_path / "out.txt"),
+                 "-b", "1"]) == 0
+    trees = [parse_tree(t) for t in (tmp_path / "out.txt").read_text().splitlines()]
+    assert [t.words() for t in trees] == [["He", "said", "-LRB-", "quietly", "-RRB-", "."],
+                                          ["f-LRB-x-RRB-", "is", "-LSB-", "1", "-RSB-", "and", "-LCB-", "2", "-RCB-"],
+                                          ["-LRB-", "stays"]]
+    assert main(["parse", "--model", str(parser_dir), "-i", str(tmp_path / "in.txt"), "-o", str(tmp_path / "raw.txt"),
+                 "-b", "1", "--unescape"]) == 0  # asked for: the words as they were
+    raw = (tmp_path / "raw.txt").read_text().splitlines()
+    assert "(-LRB- () " not in raw[0] and " ()" in raw[0] and "f(x)" in raw[1] and "({ " not in raw[1]
+    assert [t.split(" ", 1)[0] for t in raw] == ["(TOP"] * 3
+    capsys.readouterr()
+
+
+def test_a_sentence_that_is_not_text_is_named(parser_dir):
+    parser = Parser.load(parser_dir, beam_size=1)
+    with pytest.raises(TypeError, match=r"sentences\[1\] = None: must be a string"):
+        parser.parse_lines(["A dog .", None])
+    with pytest.raises(ValueError, match=r"sentences\[0\] is not valid Unicode: a lone surrogate at character 2"):
+        parser.parse_lines(["A \ud800 dog ."])
+
+
 def test_cli_bad_lines_are_named_and_leave_no_output(parser_dir, tmp_path, capsys):
     (tmp_path / "in.txt").write_bytes(b"A dog .\nTwo dogs .\n\xff\xfe bad\n")
     assert main(["parse", "--model", str(parser_dir), "-i", str(tmp_path / "in.txt"), "-o", str(tmp_path / "o.txt"),
@@ -177,7 +202,7 @@ def test_training_a_parser_from_the_recipe(tmp_path, capsys, units):
 
 
 @pytest.mark.parametrize("command", [["translate"], ["evaluate", "--src", "{words}", "--ref", "{words}"],
-                                     ["serve", "--port", "0"]])
+                                     ["serve", "--port", "0"], ["paper", "--out", "{words}.lab"]])
 def test_the_translation_commands_refuse_a_parsing_model_by_name(parser_dir, tmp_path, capsys, command):
     """Its outputs are tree symbols: `aiayn parse` runs it, as parse refuses a translation model."""
     words = tmp_path / "words.txt"

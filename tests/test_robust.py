@@ -287,6 +287,32 @@ def test_disk_full_during_a_checkpoint_keeps_the_earlier_ones(run, tmp_path, cap
     assert main(train_args(out, "--train.max_steps=6")) == 0
 
 
+def test_disk_full_on_a_real_file_system_is_one_line_and_keeps_the_earlier_checkpoints(run, tmp_path):
+    """The run on a small tmpfs (a private mount namespace, as root): the next checkpoint does not fit, and
+    safetensors' own writer meets the full disk (no patched writer)."""
+    if shutil.which("unshare") is None or os.geteuid() != 0:
+        pytest.skip("a small tmpfs needs root and unshare (util-linux) to mount it")
+    mnt, kept = tmp_path / "mnt", tmp_path / "kept"
+    mnt.mkdir()
+    pages = sum(-(-p.stat().st_size // 4096) * 4096 for p in run.rglob("*") if p.is_file())
+    checkpoint_bytes = sum(p.stat().st_size for p in (run / "checkpoints" / "step-4").rglob("*") if p.is_file())
+    size_kb = (pages + checkpoint_bytes // 2) // 1024 + 64  # the run and half a checkpoint
+    argv = " ".join(f"'{a}'" for a in [sys.executable, "-m", "aiayn", *train_args(mnt / "run", "--train.max_steps=6")])
+    script = (f"mount -t tmpfs -o size={size_kb}k tmpfs '{mnt}' || exit 97\n"
+              f"cp -a '{run}' '{mnt}/run' && rm -f '{mnt}/run/{run_folder.LOCK}' || exit 98\n"
+              f"{argv} 2> '{tmp_path}/err.txt'; echo $? > '{tmp_path}/rc.txt'\n"
+              f"cp -a '{mnt}/run/checkpoints' '{kept}'\n")
+    done = subprocess.run(["unshare", "--mount", "sh", "-c", script], capture_output=True, text=True, timeout=600)
+    if done.returncode == 97:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
+    assert done.returncode == 0, done.stderr
+    err = "\n".join(line for line in (tmp_path / "err.txt").read_text().splitlines() if not PROGRESS.search(line))
+    assert (tmp_path / "rc.txt").read_text().strip() == "1", err
+    assert "Traceback" not in err and 1 <= len(err.strip().splitlines()) <= 2, err
+    assert "No space left on device" in err and "step-6" in err, err
+    assert snapshot(kept) == snapshot(run / "checkpoints")  # step-2 and step-4 whole, nothing half-written left
+
+
 def test_average_never_writes_into_a_checkpoint_or_over_a_model_unasked(run, tmp_path, capsys):
     out = copy_run(run, tmp_path / "run")
     step = out / "checkpoints" / "step-4"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -130,6 +131,7 @@ BAD = [
     ("translate", {"lines": ["a"], "file": "/etc/passwd"}, None, 422, "file"),
     ("translate", None, b'{"lines": ["a", "b\\ud800"]}', 422, "lines[1]"),  # a lone surrogate: no character
     ("translate", None, b'{"lines": ["' + b"a" * 5000 + b'"]}', 413, "body"),
+    ("translate", None, b'{"lines": ["a"], "\\ud800": 1}', 422, "\ud800"),  # a field named by a lone surrogate
     ("explain", {"source": ""}, None, 422, "source"),
     ("explain", {"source": 5}, None, 422, "source"),
     ("explain", None, b'{"source": "a", "target": "\\udfff"}', 422, "target"),
@@ -146,7 +148,7 @@ BAD = [
 def test_bad_input_gets_its_status_and_field_and_the_next_request_succeeds(url, endpoint, body, raw, status, field):
     got, _, reply = request(f"{url}/api/{endpoint}", body, raw=raw)
     assert (got, reply["field"]) == (status, field), reply
-    assert "Traceback" not in reply["error"] and (field == "body" or field in reply["error"])
+    assert "Traceback" not in reply["error"] and (field == "body" or ascii(field)[1:-1] in ascii(reply["error"]))
     assert request(f"{url}/api/translate", {"lines": ["A dog."]})[0] == 200
 
 
@@ -286,13 +288,39 @@ def test_model_and_figures(url):
                           "test": RUN_RESULTS["test"], "this_model": True}]
 
 
+def test_an_unreadable_results_file_beside_the_model_is_skipped_with_its_reason(url, model_dir):
+    runs = model_dir.parent.parent
+    bad = {"nan-test": '{"test_bleu": 20.0, "matmul_flops": 1e15, "test": NaN}',
+           "nan-bleu": '{"test_bleu": NaN, "matmul_flops": 1e15, "test": "t"}',
+           "list-test": '{"test_bleu": 20.0, "matmul_flops": 1e15, "test": [Infinity]}',
+           "not-an-object": "[1, 2]"}
+    try:
+        for name, text in bad.items():
+            (runs / name).mkdir()
+            (runs / name / "results.json").write_text(text)
+        status, _, c = request(f"{url}/api/figures/cost")
+        assert status == 200, c
+        assert [r["run"] for r in c["runs"]] == ["tiny"]
+        assert sorted(s["run"] for s in c["skipped"]) == sorted(bad) and all(s["why"] for s in c["skipped"])
+    finally:
+        for name in bad:
+            shutil.rmtree(runs / name)
+
+
 def test_serve_command_rejects_bad_limits(model_dir, capsys):
-    assert main(["serve", "--model", str(model_dir), "--max-lines", "0"]) == 2
-    assert "--max-lines must be positive" in capsys.readouterr().err
+    for flags, message in [(["--max-lines", "0"], "argument --max-lines: must be at least 1, got 0"),
+                           (["--batch-window-ms", "nan"], "argument --batch-window-ms: must be a finite number"),
+                           (["--batch-window-ms", "inf"], "argument --batch-window-ms: must be a finite number"),
+                           (["--max-alpha", "nan"], "argument --max-alpha: must be a finite number"),
+                           (["--port", "70000"], "argument --port: must be at least 0 and at most 65535, got 70000")]:
+        with pytest.raises(SystemExit) as exit_:  # as the options are read: before the model loads
+            main(["serve", "--model", str(model_dir), *flags])
+        assert exit_.value.code == 2 and message in capsys.readouterr().err
+    with pytest.raises(ValueError, match="--batch-window-ms must be a finite number"):
+        Limits(batch_window_ms=float("nan"))  # the library's app is held to the same ranges
     for flags, message in [(["--beam-size", "40"], "--beam-size 40 is out of range: 1 to --max-beam (16)"),
                            (["--beam-size", "8", "--max-beam", "6"], "--beam-size 8 is out of range: 1 to --max-beam (6)"),
-                           (["--alpha", "-1"], "--alpha -1.0 is out of range: 0 to --max-alpha (5.0)"),
-                           (["--port", "70000"], "--port 70000 is out of range: 0 to 65535")]:
+                           (["--alpha", "6"], "--alpha 6.0 is out of range: 0 to --max-alpha (5.0)")]:
         assert main(["serve", "--model", str(model_dir), *flags]) == 2
         err = capsys.readouterr().err
         assert err.strip() == f"aiayn serve: error: {message}" and "Traceback" not in err
@@ -345,3 +373,71 @@ def test_an_int8_model_is_served_with_its_parameter_count_and_the_languages_it_r
         assert (m["source_lang"], m["target_lang"]) == ("fr", "en")
         status, _, e = request(f"{base}/api/explain", {"source": LINES[0], "beam_size": 2})
         assert status == 200 and len(e["attention"]["cross"]) == 2
+
+
+def test_idle_connections_never_take_the_server_down(model_dir, tmp_path):
+    """More idle connections than the process may open files: each is answered 503 or closed at its header deadline,
+    a real client is served within seconds, and the log stays a few lines (no accept() tracebacks)."""
+    import resource
+    import socket
+    import subprocess
+    import sys
+    import urllib.error
+    import urllib.request
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    log_path = tmp_path / "serve.log"
+
+    def low_file_limit() -> None:  # a common default, and the hard limit too: aiayn cannot raise it
+        resource.setrlimit(resource.RLIMIT_NOFILE, (256, 256))
+
+    with open(log_path, "wb") as log:
+        server = subprocess.Popen([sys.executable, "-m", "aiayn", "serve", "--model", str(model_dir), "--port", str(port),
+                                   "--header-timeout-s", "1", "--gemm", "mkl"], stdout=log, stderr=subprocess.STDOUT,
+                                  preexec_fn=low_file_limit)
+    base, idle = f"http://127.0.0.1:{port}", []
+
+    def translate(timeout: float) -> int:
+        req = urllib.request.Request(f"{base}/api/translate", data=json.dumps({"lines": ["A dog."]}).encode(),
+                                     headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=timeout) as reply:
+                return reply.status
+        except urllib.error.HTTPError as err:
+            return err.code
+
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            assert server.poll() is None and time.monotonic() < deadline, log_path.read_text()
+            try:
+                if translate(5) == 200:
+                    break
+            except OSError:
+                time.sleep(0.2)
+        idle = [socket.create_connection(("127.0.0.1", port)) for _ in range(400)]
+        statuses, deadline = [], time.monotonic() + 20
+        while time.monotonic() < deadline:
+            try:
+                statuses.append(translate(3))
+            except OSError as err:
+                statuses.append(repr(err))
+            if statuses[-1] == 200:
+                break
+            time.sleep(0.2)
+        assert statuses[-1] == 200, statuses
+        for sock in idle:  # every idle connection has its answer: a 503, or the end of the connection
+            sock.settimeout(10)
+            data = sock.recv(200)
+            assert data == b"" or data.startswith(b"HTTP/1.1 503"), data
+        assert server.poll() is None
+    finally:
+        for sock in idle:
+            sock.close()
+        server.terminate()
+        server.wait(30)
+    text = log_path.read_text()
+    assert "--max-connections 1000 lowered to 192" in text and "Traceback" not in text, text[:2000]
+    assert len(text) < 5000, text[:2000]

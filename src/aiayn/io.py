@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
 import json
@@ -21,6 +22,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 import torch
+from safetensors import SafetensorError
 from safetensors.torch import save_file
 from safetensors.torch import save_model as _save_weights
 from torch import Tensor, nn
@@ -316,8 +318,24 @@ def write_atomic(path: Path, data: bytes, fault: str | None = None) -> None:
 
 def save_tensors(tensors: dict[str, Tensor], path: str | Path, metadata: dict[str, str] | None = None) -> None:
     """safetensors' save_file, the file then given open()'s permissions: save_file makes it anew with mode 0600."""
-    save_file(tensors, str(path), metadata=metadata)
+    with write_errors(path):
+        save_file(tensors, str(path), metadata=metadata)
     with_default_mode(path)
+
+
+@contextlib.contextmanager
+def write_errors(path: str | Path):
+    """safetensors' writers report a failed write (a full disk) as a SafetensorError holding the system's error
+    ("I/O error: No space left on device (os error 28)"): raised here as the OSError it is, which the commands
+    report in one line."""
+    try:
+        yield
+    except SafetensorError as err:
+        code = re.search(r"\(os error (\d+)\)|Os \{ code: (\d+)", str(err))
+        if code is None:
+            raise
+        number = int(code.group(1) or code.group(2))
+        raise OSError(number, os.strerror(number), str(path)) from None
 
 
 def save_model(model: Transformer, directory: str | Path, vocab_proto: bytes | None = None, **extra) -> Path:
@@ -328,7 +346,8 @@ def save_model(model: Transformer, directory: str | Path, vocab_proto: bytes | N
     model = getattr(model, "_orig_mod", model)  # and torch.compile
     tmp = temporary_beside(directory / WEIGHTS)
     try:
-        _save_weights(model, str(tmp))
+        with write_errors(tmp):
+            _save_weights(model, str(tmp))
         with_default_mode(tmp)
         os.replace(tmp, directory / WEIGHTS)
     finally:

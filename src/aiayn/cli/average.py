@@ -5,12 +5,14 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from .options import at_least
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("inputs", nargs="+",
                         help="model directories to average, or a training output folder (its last K checkpoints)")
     parser.add_argument("--out", required=True, help="the averaged model directory to write")
-    parser.add_argument("--last", type=int, default=5, help="checkpoints to take from a training folder (5 base, 20 big)")
+    parser.add_argument("--last", type=at_least(1), default=5, help="checkpoints to take from a training folder (5 base, 20 big)")
     parser.add_argument("--force", action="store_true", help="replace the model files of a model already in --out")
 
 
@@ -19,8 +21,6 @@ def run(args: argparse.Namespace) -> int:
     from ..train.checkpoint import average_checkpoints, checkpoints_to_average
     from .convert import check_output
 
-    if args.last < 1:
-        raise ValueError(f"--last {args.last}: take at least one checkpoint")
     directories: list[Path] = []
     homes_of = []  # (input, where its tokenizer may be, whether it must have one) for each input that gave checkpoints
     for item in map(Path, args.inputs):

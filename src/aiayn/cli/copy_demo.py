@@ -6,10 +6,12 @@ import argparse
 
 import torch
 
+from .options import SEEDS, at_least
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--steps", type=int, default=1000)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--steps", type=at_least(1), default=1000)
+    parser.add_argument("--seed", type=SEEDS, default=0)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -9,6 +9,8 @@ import argparse
 import json
 from pathlib import Path
 
+from .options import at_least, number
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("what", nargs="?", choices=["report", "table3"], default="report",
@@ -17,15 +19,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", help="a trained model directory, or a training folder (with model/ and "
                                         "checkpoints/); default: train a small Multi30k model first")
     parser.add_argument("--quick", action="store_true", help="a tiny model and short measurements, under 2 minutes")
-    parser.add_argument("--layer", type=int, help="the encoder layer of item 6, from 1 (default: the one before the last)")
-    parser.add_argument("--minutes", type=float, help="training minutes: of the lab's model, or of each Table 3 row")
+    parser.add_argument("--layer", type=at_least(1), help="the encoder layer of item 6, from 1 (default: the one before the last)")
+    parser.add_argument("--minutes", type=number(above=0), help="training minutes: of the lab's model, or of each Table 3 row")
     parser.add_argument("--rows", nargs="*", help="table3: the rows to run (e.g. h=1 d_k=16 N=2); default all")
     parser.add_argument("--base", choices=["lab", "recipe"], default="lab",
                         help="table3: the small base, the lab's 2+2-layer model (default) or the recipe's 3+3-layer one")
-    parser.add_argument("--jobs", type=int, default=1,
+    parser.add_argument("--jobs", type=at_least(1), default=1,
                         help="table3: rows trained at once, each in its own process (threads default: cores / jobs)")
-    parser.add_argument("--bleu-sentences", type=int, default=500, help="table3: validation sentences decoded for BLEU")
-    parser.add_argument("--threads", type=int, default=0, help="torch CPU threads; 0 = 1 with --quick, else torch's default")
+    parser.add_argument("--bleu-sentences", type=at_least(1), default=500, help="table3: validation sentences decoded for BLEU")
+    parser.add_argument("--threads", type=at_least(0), default=0, help="torch CPU threads; 0 = 1 with --quick, else torch's default")
 
 
 def model_and_run(args: argparse.Namespace, out: Path) -> tuple[Path, Path | None, dict | None]:
@@ -49,6 +51,31 @@ def model_and_run(args: argparse.Namespace, out: Path) -> tuple[Path, Path | Non
     return run / "model", run, results
 
 
+def check_model(args: argparse.Namespace) -> None:
+    """--model a translation model (a directory or a training folder) and --layer one of its encoder's layers, or of
+    the lab's model's when it is to be trained: said before any work."""
+    from ..marian.convert import model_config
+    from .translate import refuse_a_parser
+
+    if args.model:
+        given = Path(args.model)
+        model_dir = given / "model" if (given / "model").is_dir() else given
+        for folder in dict.fromkeys([given, model_dir]):  # a parsing run keeps its tokenizer beside the model
+            refuse_a_parser(str(folder), "aiayn paper")
+        if not model_dir.is_dir():
+            raise FileNotFoundError(f"--model {given}: no such model directory")
+        if not (model_dir / "config.json").is_file():
+            raise FileNotFoundError(f"--model {given}: not a model directory (no config.json) nor a training folder "
+                                    "(no model/)")
+        layers = model_config(model_dir).encoder.layers
+    else:
+        from ..lab.trained import lab_recipe
+
+        layers = lab_recipe(args.quick, args.minutes, args.threads).model_config(vocab_size=1000).encoder.layers
+    if args.layer is not None and args.layer > layers:
+        raise ValueError(f"--layer {args.layer}: the model's encoder has layers 1 to {layers}")
+
+
 def report(args: argparse.Namespace) -> int:
     import importlib.util
 
@@ -64,13 +91,8 @@ def report(args: argparse.Namespace) -> int:
     out = Path(args.out)
     if out.exists() and not out.is_dir():  # said now, not after minutes of measuring
         raise NotADirectoryError(f"--out {out}: a file, not a folder for the report")
+    check_model(args)
     model_dir, run, results = model_and_run(args, out)
-    if args.layer is not None:
-        from ..marian.convert import model_config
-
-        layers = model_config(model_dir).encoder.layers
-        if args.layer > layers:
-            raise ValueError(f"--layer {args.layer}: the model's encoder has layers 1 to {layers}")
     layer = None if args.layer is None else args.layer - 1
     m = measure_all(model_dir, run, results, args.quick, layer, print)
     m["threads"] = torch.get_num_threads()
@@ -86,7 +108,7 @@ def table3(args: argparse.Namespace) -> int:
     from ..io import write_atomic
     from ..lab.table3 import run_table3, table_markdown
 
-    if args.minutes is None or args.minutes <= 0:
+    if args.minutes is None:
         raise ValueError("table3 needs --minutes M > 0: the training time of each row")
     out = Path(args.out) / "table3"
     rows = run_table3(out, args.minutes, args.rows, args.bleu_sentences, args.threads, args.base, jobs=args.jobs)
@@ -101,8 +123,6 @@ def table3(args: argparse.Namespace) -> int:
 def run(args: argparse.Namespace) -> int:
     import torch
 
-    if args.layer is not None and args.layer < 1:
-        raise ValueError(f"--layer {args.layer}: layers count from 1")
     before = torch.get_num_threads()
     torch.set_num_threads(args.threads or (1 if args.quick else before))
     try:

@@ -16,7 +16,8 @@ import sys
 from typing import BinaryIO, TextIO
 
 from .paths import input_file, output_file, same_file, text_output
-from .translate import at_least, each_block, number
+from .options import at_least, number
+from .translate import each_block
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -34,12 +35,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--batch-size", type=at_least(1), default=32, help="sentences per batch (default 32)")
     parser.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, ...")
     parser.add_argument("--truncate", action="store_true", help="cut sentences longer than the model takes")
+    parser.add_argument("--unescape", action="store_true",
+                        help="write brackets in words as themselves, not as the treebank's -LRB- -RRB- -LSB- -RSB- "
+                             "-LCB- -RCB- (the lines are then no longer trees EVALB reads)")
 
 
-def parse_stream(parser, stream: BinaryIO, name: str, out: TextIO) -> int:
+def parse_stream(parser, stream: BinaryIO, name: str, out: TextIO, unescape: bool = False) -> int:
     """Parse every line of stream into out; returns the number of lines."""
     def write(block: list[str], _done: int) -> None:
-        out.writelines(tree + "\n" for tree in parser.parse_lines(block))
+        out.writelines(tree + "\n" for tree in parser.parse_lines(block, unescape))
 
     return each_block(stream, name, out, write)
 
@@ -57,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
     stream = open(args.input, "rb") if args.input else sys.stdin.buffer
     try:
         with text_output(args.output) as out:
-            parse_stream(parser, stream, name, out)
+            parse_stream(parser, stream, name, out, args.unescape)
     finally:
         if args.input:
             stream.close()

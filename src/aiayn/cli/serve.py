@@ -10,9 +10,10 @@ from __future__ import annotations
 import argparse
 import socket
 import sys
-from dataclasses import fields
+from dataclasses import fields, replace
 
-from ..serve.limits import Limits
+from ..serve.limits import RANGES, Limits
+from .options import PORTS, at_least, number
 from .translate import add_gemm_argument, refuse_a_parser
 
 HELP = {
@@ -21,36 +22,45 @@ HELP = {
     "max_alpha": "largest length penalty alpha", "max_queue": "requests waiting for the model before 503",
     "batch_window_ms": "how long the model worker waits for requests to join a batch",
     "max_batch_lines": "lines in one model batch",
+    "max_connections": "connections open at once; one more is answered 503 (fewer where the open-file limit is lower)",
+    "header_timeout_s": "seconds a connection may take to send its request's headers before it is closed",
 }
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", required=True, help="an aiayn model directory or a Hugging Face Marian one")
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)")
-    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--port", type=PORTS, default=8000)
     parser.add_argument("--source-lang", help="the model's source language, for a directory that does not record it")
     parser.add_argument("--target-lang", help="the model's target language, likewise")
     parser.add_argument("--no-batching", action="store_true", help="run one request at a time (for the benchmark)")
-    parser.add_argument("--beam-size", "-b", type=int, help="default beam width (default: the model's, else 4)")
-    parser.add_argument("--alpha", type=float, help="default length penalty alpha (default: the model's, else 0.6)")
+    parser.add_argument("--beam-size", "-b", type=at_least(1), help="default beam width (default: the model's, else 4)")
+    parser.add_argument("--alpha", type=number(low=0), help="default length penalty alpha (default: the model's, else 0.6)")
     parser.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, ...")
     parser.add_argument("--int8", action="store_true", help="int8 weights for the linear layers (CPU)")
     add_gemm_argument(parser)  # measured for batches of 32 lines; a server of single lines gains from +packed
     limits = parser.add_argument_group("limits")
     for f in fields(Limits):
-        limits.add_argument(f"--{f.name.replace('_', '-')}", type=type(f.default), default=f.default,
+        low, high = RANGES[f.name]
+        kind = at_least(low, high) if isinstance(f.default, int) else number(low=low, at_most=high)
+        limits.add_argument(f"--{f.name.replace('_', '-')}", type=kind, default=f.default,
                             help=f"{HELP[f.name]} (default {f.default})")
 
 
 def run(args: argparse.Namespace) -> int:
-    import uvicorn
-
     from ..decode.backend import caches_for_translation
     from ..decode.translate import Translator
     from ..serve.app import build_app, is_local_name
+    from ..serve.connections import SPARE_FILES, QuietServer, allowed_connections, raise_file_limit
 
     refuse_a_parser(args.model, "aiayn serve")
+    raise_file_limit()  # a soft limit of 1,024 files would cap the connections far below the hard limit
     limits = Limits(**{f.name: getattr(args, f.name) for f in fields(Limits)})
+    if allowed_connections(limits.max_connections) < limits.max_connections:
+        allowed = allowed_connections(limits.max_connections)
+        print(f"aiayn serve: --max-connections {limits.max_connections} lowered to {allowed}: the open-file limit "
+              f"is {allowed + SPARE_FILES} (ulimit -n)", file=sys.stderr)
+        limits = replace(limits, max_connections=allowed)
     if args.beam_size is not None and not 1 <= args.beam_size <= limits.max_beam:
         raise ValueError(f"--beam-size {args.beam_size} is out of range: 1 to --max-beam ({limits.max_beam})")
     if args.alpha is not None and not 0 <= args.alpha <= limits.max_alpha:
@@ -65,8 +75,19 @@ def run(args: argparse.Namespace) -> int:
         if not local:
             print(f"aiayn serve: listening on {args.host}: other machines can reach this server", file=sys.stderr)
         print(f"aiayn serve: {args.model} at http://{args.host}:{args.port}/ (Ctrl-C stops)", file=sys.stderr)
-        uvicorn.Server(uvicorn.Config(app, log_level="warning")).run(sockets=[listening])
+        QuietServer(server_config(app, limits)).run(sockets=[listening])
     return 0
+
+
+def server_config(app, limits: Limits):
+    """uvicorn's settings for app under limits: HTTP/1.1 with the connection cap and header deadline, idle
+    keep-alive connections closed after 5 s, in-flight requests given 20 s to finish on SIGTERM."""
+    import uvicorn
+
+    from ..serve.connections import guarded_protocol
+
+    return uvicorn.Config(app, log_level="warning", http=guarded_protocol(limits), timeout_keep_alive=5,
+                          limit_concurrency=limits.max_connections + 1, timeout_graceful_shutdown=20)
 
 
 def listen(host: str, port: int) -> socket.socket:

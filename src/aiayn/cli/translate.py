@@ -9,7 +9,6 @@ than the model takes (unless --truncate), stops the run with an error naming the
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import sys
 from collections.abc import Callable, Iterator
@@ -17,6 +16,7 @@ from pathlib import Path
 from typing import BinaryIO, TextIO
 
 from ..decode.backend import BACKENDS
+from .options import SEEDS, at_least, number
 from .paths import input_file, output_file, same_file, text_output
 
 CHUNK = 2048  # lines sorted and batched together; memory stays bounded on files of any size
@@ -59,39 +59,6 @@ def add_gemm_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--gemm", choices=GEMM_CHOICES, default=None,
                         help="float32 products on a CPU: measured at load (auto, the default; or $AIAYN_GEMM), or forced; "
                              "+packed: the matrices oneDNN multiplies packed for it (the vocabulary; with onednn, the decoder's too)")
-
-
-def at_least(low: int, high: int | None = None):
-    """An argparse type: an integer >= low (and <= high), else argparse's one-line error naming the flag."""
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-        if value < low or (high is not None and value > high):
-            raise argparse.ArgumentTypeError(f"must be at least {low}" + (f" and at most {high}" if high is not None
-                                                                            else "") + f", got {value}")
-        return value
-    return parse
-
-
-SEEDS = at_least(0, 2**63 - 1)  # what torch.manual_seed takes
-
-
-def number(above: float | None = None, at_most: float | None = None):
-    """An argparse type: a finite float in (above, at_most]."""
-    bounds = " and ".join([f"above {above}"] * (above is not None) + [f"at most {at_most}"] * (at_most is not None))
-
-    def parse(text: str) -> float:
-        try:
-            value = float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-        inside = (above is None or value > above) and (at_most is None or value <= at_most)
-        if not (math.isfinite(value) and inside):
-            raise argparse.ArgumentTypeError(f"must be a finite number {bounds}".rstrip() + f", got {text}")
-        return value
-    return parse
 
 
 def refuse_a_parser(model: str, command: str) -> None:

@@ -75,6 +75,10 @@ def as_sentences(sentences: Any) -> list[str]:
     for i, sentence in enumerate(sentences):
         if not isinstance(sentence, str):
             raise TypeError(f"sentences[{i}] = {sentence!r}: must be a string, not {type(sentence).__name__}")
+        try:
+            sentence.encode("utf-8")
+        except UnicodeEncodeError as err:  # "\ud800": a lone surrogate, no character
+            raise ValueError(f"sentences[{i}] is not valid Unicode: a lone surrogate at character {err.start}") from None
     return sentences
 
 
@@ -120,6 +124,11 @@ class Translator:
         the fastest measured on this model's shapes (backend.py).
         """
         check_batching(**{k: options.get(k) for k in ("batch_size", "max_tokens", "truncate")})
+        unknown = sorted(set(options) - set(DecodeConfig.__dataclass_fields__) - {"batch_size", "max_tokens", "truncate"})
+        if unknown:
+            raise TypeError(f"Translator.load: unknown option {unknown[0]!r}; the options are DecodeConfig's fields, "
+                            "batch_size, max_tokens and truncate")
+        DecodeConfig(**{k: v for k, v in options.items() if k in DecodeConfig.__dataclass_fields__ and v is not None})
         from ..io import MappedReads
         from ..marian import load_any
         from ..marian.convert import model_config

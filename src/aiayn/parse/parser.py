@@ -19,12 +19,12 @@ from ..config import DecodeConfig
 from ..decode.beam import beam_search
 from ..decode.greedy import greedy_hypotheses
 from ..decode.step import as_step_model
-from ..decode.translate import Translator
+from ..decode.translate import Translator, as_sentences
 from ..model import Transformer
 from .constrain import TreeConstrainedStep, word_rules
 from .linearize import Repairs, repair
 from .tokenizer import ParseTokenizer
-from .trees import Tree, collapse_unary_repeats
+from .trees import Tree, collapse_unary_repeats, escape_word, map_words, unescape_word
 
 # §6.3: "we increased the maximum output length to input length + 300 ... beam size of 21 and alpha = 0.3"
 PAPER_SEARCH = {"beam_size": 21, "alpha": 0.3, "extra_len": 300}
@@ -69,7 +69,9 @@ class Parser:
         return cls(Translator(model, tokenizer, config, device, batch_size), constrained)
 
     def parse(self, sentences: list[str]) -> list[Tree | None]:
-        """One tree per sentence (words separated by spaces), None for an empty one."""
+        """One tree per sentence (words separated by spaces), None for an empty one. Brackets in words are read
+        and written as the treebank spells them (escape_word: "(" is -LRB-), so that every tree reads back."""
+        sentences = [" ".join(map(escape_word, s.split())) for s in as_sentences(sentences)]
         out: list[Tree | None] = []
         sequences = self.search_constrained(sentences) if self.constrained else self.translator.translate(sentences)
         for sentence, sequence in zip(sentences, sequences):
@@ -103,19 +105,23 @@ class Parser:
                 out[i] = t.tokenizer.decode(hyps[0].tokens) if hyps else ""
         return out
 
-    def parse_lines(self, sentences: list[str]) -> list[str]:
-        """Trees as single lines `(TOP ...)`; "" for an empty sentence."""
-        return ["" if t is None else str(t) for t in self.parse(sentences)]
+    def parse_lines(self, sentences: list[str], unescape: bool = False) -> list[str]:
+        """Trees as single lines `(TOP ...)`; "" for an empty sentence. unescape: brackets in words written as
+        themselves ("(" rather than -LRB-), for reading by eye: such a line is no longer a tree EVALB can read."""
+        trees = self.parse(sentences)
+        if unescape:
+            trees = [None if t is None else map_words(t, unescape_word) for t in trees]
+        return ["" if t is None else str(t) for t in trees]
 
-    def parse_stream(self, lines: Iterable[str], chunk: int = 2048) -> Iterator[str]:
+    def parse_stream(self, lines: Iterable[str], chunk: int = 2048, unescape: bool = False) -> Iterator[str]:
         block: list[str] = []
         for line in lines:
             block.append(line)
             if len(block) == chunk:
-                yield from self.parse_lines(block)
+                yield from self.parse_lines(block, unescape)
                 block = []
         if block:
-            yield from self.parse_lines(block)
+            yield from self.parse_lines(block, unescape)
 
     def report(self) -> str:
         return f"{self.repaired:,} of {self.sentences:,} trees repaired ({self.repairs})"

@@ -154,6 +154,30 @@ def collapse_unary_repeats(tree: Tree) -> Tree:
     return Tree(tree.label, children)
 
 
+# The Penn Treebank's spelling of brackets in words: a word "(" would end the tree that holds it.
+BRACKETS = {"(": "-LRB-", ")": "-RRB-", "[": "-LSB-", "]": "-RSB-", "{": "-LCB-", "}": "-RCB-"}
+_BRACKET = re.compile(r"[()\[\]{}]")
+_ESCAPED = re.compile("|".join(re.escape(v) for v in BRACKETS.values()))
+_UNESCAPE = {v: k for k, v in BRACKETS.items()}
+
+
+def escape_word(word: str) -> str:
+    """A word as the treebank writes it: "(" -> "-LRB-", "f(x)" -> "f-LRB-x-RRB-" (every bracket character)."""
+    return _BRACKET.sub(lambda m: BRACKETS[m.group()], word)
+
+
+def unescape_word(word: str) -> str:
+    """The inverse of escape_word: "-LRB-" -> "("."""
+    return _ESCAPED.sub(lambda m: _UNESCAPE[m.group()], word)
+
+
+def map_words(tree: Tree, change) -> Tree:
+    """tree with change(word) for each word."""
+    if tree.is_preterminal:
+        return Tree(tree.label, word=change(tree.word))
+    return Tree(tree.label, tuple(map_words(child, change) for child in tree.children))
+
+
 def base_label(label: str) -> str:
     """NP-SBJ-1 -> NP, NP=2 -> NP, PP-LOC-CLR -> PP; labels that start with '-' (-NONE-, -LRB-) stay."""
     if label.startswith("-"):

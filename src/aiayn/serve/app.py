@@ -20,7 +20,8 @@ import torch
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect, Request
-from starlette.responses import FileResponse, JSONResponse, Response
+from starlette.responses import FileResponse, Response
+from starlette.responses import JSONResponse as StarletteJSON
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
@@ -32,6 +33,16 @@ from .limits import ApiError, Limits, explain_request, translate_request
 from .worker import ModelWorker
 
 STATIC = Path(__file__).parent / "static"
+
+
+class JSONResponse(StarletteJSON):
+    """Every reply of the app: ASCII JSON, so that whatever a client sent (a lone surrogate in a field's name, echoed
+    in the error naming it) can be written; a NaN or infinity is a fault of the server's, never invalid JSON."""
+
+    def render(self, content: Any) -> bytes:
+        return json.dumps(content, ensure_ascii=True, allow_nan=False, separators=(",", ":")).encode("ascii")
+
+
 # Nothing from elsewhere: scripts, styles, images and requests only from this server.
 SECURITY_HEADERS = [
     (b"content-security-policy", b"default-src 'self'"),

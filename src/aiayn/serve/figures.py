@@ -47,13 +47,16 @@ def cost_figure(model_dir: Path) -> dict[str, Any]:
             bleu, flops = float(data["test_bleu"]), float(counted)
             if not (math.isfinite(bleu) and math.isfinite(flops) and flops > 0):
                 raise ValueError("test_bleu or matmul_flops is not a positive number")
+            test = data.get("test")
+            if test is not None and not isinstance(test, str):
+                raise ValueError(f"test is {type(test).__name__}, not the test set's name")
         except KeyError as err:  # a run without a test set (recipes/tiny.yaml) has no test BLEU
             skipped.append({"run": path.parent.name, "why": f"no {err.args[0]} in its results.json"})
             continue
         except (OSError, ValueError, TypeError, RecursionError) as err:  # RecursionError: JSON nested too deep
             skipped.append({"run": path.parent.name, "why": f"{type(err).__name__}: {err}"})
             continue
-        runs.append({"run": path.parent.name, "bleu": bleu, "flops": flops, "test": data.get("test"),
+        runs.append({"run": path.parent.name, "bleu": bleu, "flops": flops, "test": test,
                      "this_model": path.parent == model_dir.resolve().parent})
     return {"table2": rows, "runs": runs, "skipped": skipped}
 
