@@ -161,8 +161,13 @@ def main() -> None:
         times = {name: run_worker(src, args.jobs) for name, src in order}
         for job in args.jobs:
             ratios[job].append(times["new"][job] / times["old"][job])
-        print(f"round {r + 1}: " + ", ".join(f"{j} old {times['old'][j]:.2f}s new {times['new'][j]:.2f}s "
-                                             f"({ratios[j][-1]:.3f})" for j in args.jobs), flush=True)
+        print(
+            f"round {r + 1}: "
+            + ", ".join(
+                f"{j} old {times['old'][j]:.2f}s new {times['new'][j]:.2f}s ({ratios[j][-1]:.3f})" for j in args.jobs
+            ),
+            flush=True,
+        )
     print("\n| job | new/old time, median of per-round ratios | per round |\n| --- | --- | --- |")
     for job, values in ratios.items():
         print(f"| {job} | {statistics.median(values):.3f} | {', '.join(f'{v:.3f}' for v in values)} |")

@@ -33,15 +33,16 @@ ROWS = [  # name, (layers, d_model), (batch, source, target tokens), bf16
 
 
 def step_seconds(layers: int, d_model: int, B: int, S: int, T: int, bf16: bool, rounds: int) -> dict[str, float]:
-    config = ModelConfig.preset("small", vocab_size=8000, n_layers=layers, d_model=d_model, d_ff=4 * d_model,
-                                p_drop=0.3, max_len=1024)
+    config = ModelConfig.preset(
+        "small", vocab_size=8000, n_layers=layers, d_model=d_model, d_ff=4 * d_model, p_drop=0.3, max_len=1024
+    )
     torch.manual_seed(0)
     model = Transformer(config).train()
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9, fused=True)
     g = torch.Generator().manual_seed(0)
     src, tgt = torch.randint(4, 8000, (B, S), generator=g), torch.randint(4, 8000, (B, T + 1), generator=g)
-    src[: B // 6, -S // 4:] = config.pad_id
-    tgt[: B // 6, -T // 5:] = config.pad_id
+    src[: B // 6, -S // 4 :] = config.pad_id
+    tgt[: B // 6, -T // 5 :] = config.pad_id
 
     def step() -> None:
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
@@ -54,7 +55,7 @@ def step_seconds(layers: int, d_model: int, B: int, S: int, T: int, bf16: bool, 
     kernels = {"fused": contextlib.nullcontext, "math": lambda: sdpa_kernel([SDPBackend.MATH])}
     times: dict[str, list[float]] = {name: [] for name in kernels}
     for r in range(rounds + 1):
-        for name in (list(kernels) if r % 2 == 0 else list(reversed(kernels))):
+        for name in list(kernels) if r % 2 == 0 else list(reversed(kernels)):
             with kernels[name]():
                 began = time.perf_counter()
                 step()
@@ -74,8 +75,11 @@ def main() -> None:
     print("| --- | --- | --- | --- | --- | --- | --- |")
     for name, (layers, d_model), (B, S, T), bf16 in ROWS:
         s = step_seconds(layers, d_model, B, S, T, bf16, args.rounds)
-        print(f"| {name} | {layers}+{layers}, {d_model} | {B} x {S} + {T} | {'bf16' if bf16 else 'fp32'} | "
-              f"{s['fused'] * 1000:,.0f} | {s['math'] * 1000:,.0f} | {s['math'] / s['fused']:.2f} |", flush=True)
+        print(
+            f"| {name} | {layers}+{layers}, {d_model} | {B} x {S} + {T} | {'bf16' if bf16 else 'fp32'} | "
+            f"{s['fused'] * 1000:,.0f} | {s['math'] * 1000:,.0f} | {s['math'] / s['fused']:.2f} |",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

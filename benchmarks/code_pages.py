@@ -179,8 +179,12 @@ def main() -> None:
     parser.add_argument("--work", type=Path, default=Path(os.environ.get("TMPDIR", "/tmp")) / "aiayn-translate-bench")
     parser.add_argument("--job", default="greedy-b1", choices=list(bench.JOBS))
     parser.add_argument("--sentences", type=int, default=24)
-    parser.add_argument("--engines", nargs="+", default=["ct2-float32", "aiayn-float32"],
-                        choices=["ct2-float32", "ct2-int8", "aiayn-float32", "aiayn-int8"])
+    parser.add_argument(
+        "--engines",
+        nargs="+",
+        default=["ct2-float32", "aiayn-float32"],
+        choices=["ct2-float32", "ct2-int8", "aiayn-float32", "aiayn-int8"],
+    )
     parser.add_argument("--ops", action="store_true", help="also each PyTorch operation decoding calls, alone")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -192,19 +196,35 @@ def main() -> None:
     bench.prepare(args.work)
     results = {}
     for engine in args.engines:
-        command = [sys.executable, __file__, "--worker", engine, "--job", args.job, "--sentences", str(args.sentences),
-                   "--work", str(args.work)] + (["--ops"] if args.ops else [])
+        command = [
+            sys.executable,
+            __file__,
+            "--worker",
+            engine,
+            "--job",
+            args.job,
+            "--sentences",
+            str(args.sentences),
+            "--work",
+            str(args.work),
+        ] + (["--ops"] if args.ops else [])
         done = subprocess.run(command, capture_output=True, text=True)
         if done.returncode != 0:
             sys.exit(f"{engine}: {done.stderr.strip().splitlines()[-1] if done.stderr.strip() else done.returncode}")
         results[engine] = json.loads(done.stdout.strip().splitlines()[-1])
-    print(f"\n{args.job}, {args.sentences} sentences: MiB of each engine's library code resident after each stage,"
-          " the code dropped before it\n")
+    print(
+        f"\n{args.job}, {args.sentences} sentences: MiB of each engine's library code resident after each stage,"
+        " the code dropped before it\n"
+    )
     print("| stage | " + " | ".join(f"{e} ({LIBRARIES[e.split('-')[0]]})" for e in args.engines) + " |")
     print("|---|" + "---|" * len(args.engines))
     stages = list(dict.fromkeys(name for figures in results.values() for name in figures))
     for name in stages:
-        print(f"| {name} | " + " | ".join(f"{results[e][name]:.1f}" if name in results[e] else "-" for e in args.engines) + " |")
+        print(
+            f"| {name} | "
+            + " | ".join(f"{results[e][name]:.1f}" if name in results[e] else "-" for e in args.engines)
+            + " |"
+        )
 
 
 if __name__ == "__main__":

@@ -49,7 +49,11 @@ def host_rates(repeats: int = 3) -> list[tuple[str, float, float | None, float |
         onednn = packed = None
         if torch.backends.mkldnn.is_available():
             plain = w.to_mkldnn()
-            onednn = flops / best_seconds(lambda: torch._C._nn.mkldnn_linear(x.to_mkldnn(), plain, None).to_dense(), repeats) / 1e9
+            onednn = (
+                flops
+                / best_seconds(lambda: torch._C._nn.mkldnn_linear(x.to_mkldnn(), plain, None).to_dense(), repeats)
+                / 1e9
+            )
         if name.startswith("decode") and float32_available():
             reordered = reorder_float32(w, n)
             packed = flops / best_seconds(lambda: onednn_linear(x, reordered, None), repeats) / 1e9
@@ -62,7 +66,9 @@ def host_rates(repeats: int = 3) -> list[tuple[str, float, float | None, float |
 
 def print_host_rates(repeats: int = 3) -> None:
     print(f"host GEMM rates, float32, {torch.get_num_threads()} thread(s), GFLOP/s (best of {repeats}):")
-    print("| shape | MKL (F.linear) | oneDNN (mkldnn_linear) | oneDNN, packed once | aiayn (gemv.c) |\n| --- | --- | --- | --- | --- |")
+    print(
+        "| shape | MKL (F.linear) | oneDNN (mkldnn_linear) | oneDNN, packed once | aiayn (gemv.c) |\n| --- | --- | --- | --- | --- |"
+    )
     for name, mkl, onednn, packed, own in host_rates(repeats):
         cells = ["-" if r is None else f"{r:.0f}" for r in (onednn, packed, own)]
         print(f"| {name} | {mkl:.0f} | {' | '.join(cells)} |")
@@ -78,10 +84,12 @@ def print_choices(times: int, rows_list: tuple[int, ...] = (128, 32, 4, 1)) -> N
     from aiayn.decode import backend
 
     config = ModelConfig.preset("base", vocab_size=58101)  # 6+6 layers, d_model 512, d_ff 2048: opus-mt's widths
-    print(f"Translator.load's measure, opus-mt-en-de's shapes, {times} times; oneDNN's layers are taken where MKL / "
-          f"oneDNN is above 1, the packed vocabulary where it is faster; where a step's logits exceed "
-          f"{backend.FRESH_LOGITS_FREE >> 20} MiB, oneDNN's layers above {backend.ONEDNN_MARGIN} and the packed "
-          f"vocabulary with MKL's layers above {backend.PACKED_MARGIN}:")
+    print(
+        f"Translator.load's measure, opus-mt-en-de's shapes, {times} times; oneDNN's layers are taken where MKL / "
+        f"oneDNN is above 1, the packed vocabulary where it is faster; where a step's logits exceed "
+        f"{backend.FRESH_LOGITS_FREE >> 20} MiB, oneDNN's layers above {backend.ONEDNN_MARGIN} and the packed "
+        f"vocabulary with MKL's layers above {backend.PACKED_MARGIN}:"
+    )
     print("| rows | MKL / oneDNN step time, each measurement | MKL / MKL+packed | taken |\n| --- | --- | --- | --- |")
     for rows in rows_list:
         measured = [backend.measure(config, rows) for _ in range(times)]
@@ -89,7 +97,9 @@ def print_choices(times: int, rows_list: tuple[int, ...] = (128, 32, 4, 1)) -> N
         packed = [s["mkl"] / s["mkl+packed"] if "mkl+packed" in s else 0.0 for s in measured]
         taken = [backend.pick(s, logits_bytes=4 * rows * config.target_vocab_size) for s in measured]
         counts = ", ".join(f"{name} {taken.count(name)}" for name in sorted(set(taken)))
-        print(f"| {rows} | {' '.join(f'{r:.2f}' for r in ratios)} | {' '.join(f'{r:.2f}' for r in packed)} | {counts} |")
+        print(
+            f"| {rows} | {' '.join(f'{r:.2f}' for r in ratios)} | {' '.join(f'{r:.2f}' for r in packed)} | {counts} |"
+        )
     print(flush=True)
 
 
@@ -97,8 +107,13 @@ if __name__ == "__main__":
     import argparse
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--choice", type=int, default=0, metavar="N",
-                        help="also print N of Translator.load's backend measurements at 128, 32, 4 and 1 rows")
+    parser.add_argument(
+        "--choice",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also print N of Translator.load's backend measurements at 128, 32, 4 and 1 rows",
+    )
     args = parser.parse_args()
     print_host_rates()
     if args.choice:

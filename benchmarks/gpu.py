@@ -86,11 +86,25 @@ def matmul_rate(device: torch.device, n: int) -> float:
 def marian_config(d_model: int, d_ff: int, heads: int, layers: int, vocab: int, activation: str, **ids: int):
     from transformers import MarianConfig
 
-    return MarianConfig(vocab_size=vocab, d_model=d_model, encoder_ffn_dim=d_ff, decoder_ffn_dim=d_ff,
-                        encoder_attention_heads=heads, decoder_attention_heads=heads, encoder_layers=layers,
-                        decoder_layers=layers, activation_function=activation, max_position_embeddings=512,
-                        scale_embedding=True, share_encoder_decoder_embeddings=True, tie_word_embeddings=True,
-                        attention_dropout=0.0, activation_dropout=0.0, forced_eos_token_id=None, **ids)
+    return MarianConfig(
+        vocab_size=vocab,
+        d_model=d_model,
+        encoder_ffn_dim=d_ff,
+        decoder_ffn_dim=d_ff,
+        encoder_attention_heads=heads,
+        decoder_attention_heads=heads,
+        encoder_layers=layers,
+        decoder_layers=layers,
+        activation_function=activation,
+        max_position_embeddings=512,
+        scale_embedding=True,
+        share_encoder_decoder_embeddings=True,
+        tie_word_embeddings=True,
+        attention_dropout=0.0,
+        activation_dropout=0.0,
+        forced_eos_token_id=None,
+        **ids,
+    )
 
 
 @dataclass
@@ -101,23 +115,39 @@ class Engine:
     memory_gib: float = 0.0
 
 
-def training_engines(preset: str, sizes: Sizes, device: torch.device, compile_: bool) -> tuple[ModelConfig, list[Engine]]:
+def training_engines(
+    preset: str, sizes: Sizes, device: torch.device, compile_: bool
+) -> tuple[ModelConfig, list[Engine]]:
     """aiayn's Transformer and MarianMTModel with the preset's shapes, each with fused Adam."""
     from transformers import MarianMTModel
 
     config = ModelConfig.preset(preset, vocab_size=sizes.vocab, max_len=512)
     with torch.device(device):
         ours = Transformer(config).train()
-        hf = MarianMTModel(marian_config(config.d_model, config.d_ff, config.n_heads, config.n_layers, sizes.vocab,
-                                         "relu", dropout=config.p_drop, pad_token_id=PAD, eos_token_id=EOS,
-                                         decoder_start_token_id=BOS)).train()
+        hf = MarianMTModel(
+            marian_config(
+                config.d_model,
+                config.d_ff,
+                config.n_heads,
+                config.n_layers,
+                sizes.vocab,
+                "relu",
+                dropout=config.p_drop,
+                pad_token_id=PAD,
+                eos_token_id=EOS,
+                decoder_start_token_id=BOS,
+            )
+        ).train()
     if compile_:
         ours.compile(), hf.compile()
     adam = dict(lr=0.0, betas=(0.9, 0.98), eps=1e-9, fused=True)
     return config, [
         Engine("aiayn", ours, torch.optim.Adam(ours.parameters(), **adam)),
-        Engine("Hugging Face", lambda s, t: hf(input_ids=s, attention_mask=s.ne(PAD), decoder_input_ids=t).logits,
-               torch.optim.Adam(hf.parameters(), **adam)),
+        Engine(
+            "Hugging Face",
+            lambda s, t: hf(input_ids=s, attention_mask=s.ne(PAD), decoder_input_ids=t).logits,
+            torch.optim.Adam(hf.parameters(), **adam),
+        ),
     ]
 
 
@@ -164,11 +194,21 @@ def bench_training(preset: str, sizes: Sizes, device: torch.device, peak: float,
     mfu = {name: flops / s / peak for name, s in step.items()}
     millions = sum(p.numel() for g in engines[0].optimizer.param_groups for p in g["params"]) / 1e6
     label = f"train {preset} ({millions:.0f}M), bf16{', compiled' if compile_ else ''}"
-    rows = [[f"{label}: src+tgt tok/s (MFU)", *(f"{tok_s[e.name]:,.0f} ({mfu[e.name]:.0%})" for e in engines),
-             f"{tok_s['aiayn'] / tok_s['Hugging Face']:.2f}x"]]
+    rows = [
+        [
+            f"{label}: src+tgt tok/s (MFU)",
+            *(f"{tok_s[e.name]:,.0f} ({mfu[e.name]:.0%})" for e in engines),
+            f"{tok_s['aiayn'] / tok_s['Hugging Face']:.2f}x",
+        ]
+    ]
     if device.type == "cuda":
-        rows.append([f"train {preset}: peak memory GiB", *(f"{e.memory_gib:.1f}" for e in engines),
-                     f"{engines[0].memory_gib / engines[1].memory_gib:.2f}x"])
+        rows.append(
+            [
+                f"train {preset}: peak memory GiB",
+                *(f"{e.memory_gib:.1f}" for e in engines),
+                f"{engines[0].memory_gib / engines[1].memory_gib:.2f}x",
+            ]
+        )
     return rows
 
 
@@ -180,8 +220,19 @@ def translation_models(sizes: Sizes, device: torch.device):
 
     d_model, d_ff, heads, layers = sizes.mt_dims
     pad = eos_pad = sizes.mt_vocab - 1
-    hf = MarianMTModel(marian_config(d_model, d_ff, heads, layers, sizes.mt_vocab, "swish", pad_token_id=pad,
-                                     eos_token_id=0, decoder_start_token_id=eos_pad)).eval()
+    hf = MarianMTModel(
+        marian_config(
+            d_model,
+            d_ff,
+            heads,
+            layers,
+            sizes.mt_vocab,
+            "swish",
+            pad_token_id=pad,
+            eos_token_id=0,
+            decoder_start_token_id=eos_pad,
+        )
+    ).eval()
     with torch.no_grad():
         hf.final_logits_bias[0, 0] = -1e4  # random weights must never stop: every output has out_len tokens
     config = model_config_from_marian({**MARIAN_DEFAULTS, **hf.config.to_dict()}, unk_id=1)
@@ -210,9 +261,21 @@ def bench_translation(sizes: Sizes, device: torch.device) -> list[list[str]]:
 
     def run_hf() -> None:
         generated["Hugging Face"] = sum(
-            (hf.generate(input_ids=src, attention_mask=src.ne(pad), num_beams=4, max_new_tokens=sizes.out_len,
-                         min_new_tokens=sizes.out_len, length_penalty=1.0, do_sample=False).size(1) - 1) * src.size(0)
-            for src in batches)
+            (
+                hf.generate(
+                    input_ids=src,
+                    attention_mask=src.ne(pad),
+                    num_beams=4,
+                    max_new_tokens=sizes.out_len,
+                    min_new_tokens=sizes.out_len,
+                    length_penalty=1.0,
+                    do_sample=False,
+                ).size(1)
+                - 1
+            )
+            * src.size(0)
+            for src in batches
+        )
 
     same = agreement(ours, hf, batches[0], config, pad)
     runs = {"aiayn": run_ours, "Hugging Face": run_hf}
@@ -228,17 +291,30 @@ def bench_translation(sizes: Sizes, device: torch.device) -> list[list[str]]:
         if n != expected:
             print(f"warning: {name} generated {n} tokens, not {expected}", file=sys.stderr)
     tok_s = {name: generated[name] / statistics.median(t) for name, t in times.items()}
-    return [[f"translate beam 4, batch {sizes.mt_batch}, bf16: generated tok/s",
-             f"{tok_s['aiayn']:,.0f}", f"{tok_s['Hugging Face']:,.0f}", f"{tok_s['aiayn'] / tok_s['Hugging Face']:.2f}x"],
-            ["translate, fp32: the same best output as HF", f"{same}/{batches[0].size(0)} sentences", "", ""]]
+    return [
+        [
+            f"translate beam 4, batch {sizes.mt_batch}, bf16: generated tok/s",
+            f"{tok_s['aiayn']:,.0f}",
+            f"{tok_s['Hugging Face']:,.0f}",
+            f"{tok_s['aiayn'] / tok_s['Hugging Face']:.2f}x",
+        ],
+        ["translate, fp32: the same best output as HF", f"{same}/{batches[0].size(0)} sentences", "", ""],
+    ]
 
 
 @torch.inference_mode()
 def agreement(ours: Transformer, hf, src: torch.Tensor, config: DecodeConfig, pad: int) -> int:
     """Sentences of one batch whose best fp32 hypothesis is the same in both engines (same weights)."""
     mine = [hyps[0].tokens for hyps in beam_search(ours, src, config)]
-    theirs = hf.generate(input_ids=src, attention_mask=src.ne(pad), num_beams=4, max_new_tokens=config.max_len,
-                         min_new_tokens=config.max_len, length_penalty=1.0, do_sample=False)[:, 1:].tolist()
+    theirs = hf.generate(
+        input_ids=src,
+        attention_mask=src.ne(pad),
+        num_beams=4,
+        max_new_tokens=config.max_len,
+        min_new_tokens=config.max_len,
+        length_penalty=1.0,
+        do_sample=False,
+    )[:, 1:].tolist()
     return sum(a == b for a, b in zip(mine, theirs))
 
 
@@ -267,8 +343,11 @@ def main() -> int:
     began = time.perf_counter()
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU (dry run, tiny sizes)"
     peak = matmul_rate(device, sizes.matmul)
-    print(f"{name}; torch {torch.__version__}, transformers {transformers.__version__}; "
-          f"measured bf16 matmul peak {peak / 1e12:.3g} TFLOP/s (n = {sizes.matmul})", flush=True)
+    print(
+        f"{name}; torch {torch.__version__}, transformers {transformers.__version__}; "
+        f"measured bf16 matmul peak {peak / 1e12:.3g} TFLOP/s (n = {sizes.matmul})",
+        flush=True,
+    )
     rows = []
     for preset in sizes.presets:
         for compile_ in (False, True) if args.compile else (False,):

@@ -52,8 +52,12 @@ print(statistics.median(times), statistics.median(faults), round(resident_mib("V
 
 def run(setting: str, precision: str, steps: int) -> tuple[float, float, int]:
     env = {**os.environ, "OMP_NUM_THREADS": "2", "HF_HUB_OFFLINE": "1", **SETTINGS[setting]}
-    done = subprocess.run([sys.executable, "-c", CHILD, str(Path(__file__).parent), precision, str(steps)],
-                          capture_output=True, text=True, env=env)
+    done = subprocess.run(
+        [sys.executable, "-c", CHILD, str(Path(__file__).parent), precision, str(steps)],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
     if done.returncode != 0:
         raise RuntimeError(f"{setting}: the step failed:\n{done.stderr[-2000:]}")
     seconds, faults, peak = done.stdout.split()[-3:]
@@ -73,12 +77,16 @@ def main() -> None:
             seconds, faults, peak = results[name][-1]
             print(f"round {r + 1} {name:32s} {seconds:6.2f} s {faults:9,.0f} faults {peak:6,} MiB", flush=True)
     base = [s for s, _, _ in results["as it is"]]
-    print(f"\n| glibc setting ({args.precision}) | step s (median) | time / as it is, per round | minor faults a step "
-          "| peak RSS MiB |\n| --- | --- | --- | --- | --- |")
+    print(
+        f"\n| glibc setting ({args.precision}) | step s (median) | time / as it is, per round | minor faults a step "
+        "| peak RSS MiB |\n| --- | --- | --- | --- | --- |"
+    )
     for name, rows in results.items():
         ratios = ", ".join(f"{s / b:.2f}" for (s, _, _), b in zip(rows, base))
-        print(f"| {name} | {statistics.median(s for s, _, _ in rows):.2f} | {ratios} | "
-              f"{statistics.median(f for _, f, _ in rows):,.0f} | {max(p for _, _, p in rows):,} |")
+        print(
+            f"| {name} | {statistics.median(s for s, _, _ in rows):.2f} | {ratios} | "
+            f"{statistics.median(f for _, f, _ in rows):,.0f} | {max(p for _, _, p in rows):,} |"
+        )
     print(f"\n(load average at the end: {os.getloadavg()[0]:.1f})")
 
 

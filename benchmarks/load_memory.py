@@ -41,9 +41,15 @@ def worker(engine: str, work: Path) -> None:
         torch.set_num_threads(bench.THREADS)
         caches_for_translation()  # as the translate command does, before the backends' measure
         loaded = bench.run_aiayn(work, 1, 1, [], engine == "aiayn-int8")
-    print(json.dumps({"above_runtime_mib": bench.resident_mib("VmHWM") - runtime["VmRSS"],
-                      "anon_mib": bench.resident_mib("RssAnon") - runtime["RssAnon"],
-                      "file_mib": bench.resident_mib("RssFile") - runtime["RssFile"]}))
+    print(
+        json.dumps(
+            {
+                "above_runtime_mib": bench.resident_mib("VmHWM") - runtime["VmRSS"],
+                "anon_mib": bench.resident_mib("RssAnon") - runtime["RssAnon"],
+                "file_mib": bench.resident_mib("RssFile") - runtime["RssFile"],
+            }
+        )
+    )
     del loaded
 
 
@@ -60,15 +66,22 @@ def main() -> None:
     results: dict[str, list[dict]] = {e: [] for e in ENGINES}
     for _ in range(args.rounds):
         for engine in ENGINES:
-            done = subprocess.run([sys.executable, __file__, "--worker", engine, "--work", str(args.work)],
-                                  capture_output=True, text=True, env=env, check=True)
+            done = subprocess.run(
+                [sys.executable, __file__, "--worker", engine, "--work", str(args.work)],
+                capture_output=True,
+                text=True,
+                env=env,
+                check=True,
+            )
             results[engine].append(json.loads(done.stdout.strip().splitlines()[-1]))
     print("| engine | loading's peak above the runtime, MiB (median; rounds) | once loaded: anonymous | files (code) |")
     print("| --- | --- | --- | --- |")
     for engine, rounds in results.items():
         peaks = [r["above_runtime_mib"] for r in rounds]
         anon, files = (statistics.median(r[key] for r in rounds) for key in ("anon_mib", "file_mib"))
-        print(f"| {engine} | {statistics.median(peaks):,.0f} ({', '.join(f'{v:.0f}' for v in peaks)}) | {anon:,.0f} | {files:,.0f} |")
+        print(
+            f"| {engine} | {statistics.median(peaks):,.0f} ({', '.join(f'{v:.0f}' for v in peaks)}) | {anon:,.0f} | {files:,.0f} |"
+        )
     print(f"load average at the end: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
 
 

@@ -42,6 +42,7 @@ def load_sampler(samples: list[float], stop: threading.Event) -> None:
 def decoder_name() -> str:
     try:
         from aiayn.decode.translate import Translator  # noqa: F401
+
         return "beam search (Translator)"
     except ImportError:
         return "greedy search (beam search not yet available)"
@@ -56,8 +57,13 @@ def main() -> None:
     parser.add_argument("--out", default="runs/bench-multi30k")
     parser.add_argument("--report", help="the table's Markdown file (default: OUT/report.md)")
     parser.add_argument("--minutes", type=float, nargs="+", default=[30, 60])
-    parser.add_argument("--set", nargs="+", default=[], metavar="SECTION.FIELD=VALUE",
-                        help="recipe overrides, as aiayn train takes them: --set train.seed=3 model.p_drop=0.15")
+    parser.add_argument(
+        "--set",
+        nargs="+",
+        default=[],
+        metavar="SECTION.FIELD=VALUE",
+        help="recipe overrides, as aiayn train takes them: --set train.seed=3 model.p_drop=0.15",
+    )
     args = parser.parse_args()
     torch.set_num_threads(2)
     loads: list[float] = []
@@ -75,18 +81,28 @@ def main() -> None:
         out = Path(args.out) / f"{minutes:g}min" if recipe.train.cooldown else Path(args.out)
         done = trained_minutes(out)
         if done >= minutes:  # train() would stop at once: the same model again, scored under the wrong budget
-            print(f"{out} already holds {done:.1f} minutes of training: the {minutes:g}-minute budget is past, "
-                  f"skipped (left as it was: {Path(args.out) / f'model-{minutes:g}min'})")
+            print(
+                f"{out} already holds {done:.1f} minutes of training: the {minutes:g}-minute budget is past, "
+                f"skipped (left as it was: {Path(args.out) / f'model-{minutes:g}min'})"
+            )
             rows += [kept[minutes]] if minutes in kept else []  # its row from the report's earlier run
             continue
         results = train(recipe, out)
         shutil.copytree(out / "model", Path(args.out) / f"model-{minutes:g}min", dirs_exist_ok=True)
         valid_bleu = validation_bleu(out / "model", recipe)
-        rows.append(dict(results, valid_bleu=valid_bleu, budget_minutes=minutes, recipe=args.recipe,
-                         overrides=args.set, decoder=decoder,
-                         wall_s=time.perf_counter() - began,
-                         peak_rss_mib=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-                         mean_load=sum(loads) / max(len(loads), 1)))
+        rows.append(
+            dict(
+                results,
+                valid_bleu=valid_bleu,
+                budget_minutes=minutes,
+                recipe=args.recipe,
+                overrides=args.set,
+                decoder=decoder,
+                wall_s=time.perf_counter() - began,
+                peak_rss_mib=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                mean_load=sum(loads) / max(len(loads), 1),
+            )
+        )
         write_report(report, rows, loads, recipe.data.src_lang, recipe.data.tgt_lang)
     stop.set()
 
@@ -95,7 +111,7 @@ def earlier_rows(report: Path) -> dict[float, dict]:
     """The rows an earlier run of this benchmark wrote to REPORT (its JSON block), by budget; {} if none."""
     try:
         text = report.read_text()
-        rows = json.loads(text[text.index("```json") + len("```json"):text.rindex("```")])
+        rows = json.loads(text[text.index("```json") + len("```json") : text.rindex("```")])
     except (OSError, ValueError):
         return {}
     return {r["budget_minutes"]: r for r in rows if isinstance(r, dict) and "budget_minutes" in r}
@@ -144,15 +160,22 @@ def write_report(path: Path, rows: list[dict], loads: list[float], src: str = "e
             + (f"{bleu - FAIRSEQ_60_MIN_BLEU:+.2f} | " if peer else "")
             + f"{r['tokens_per_s']:,.0f} | {r['peak_rss_mib']:,.0f} | {r['decoder']} | {r['mean_load']:.2f} |"
         )
-    lines += ["", f"sacreBLEU signature: {rows[-1].get('signature', '-')}",
-              f"averaged checkpoints: {', '.join(rows[-1].get('averaged', []))}",
-              f"load average samples (1 min, every 30 s; 2 cores): min {min(loads, default=0):.2f}, "
-              f"max {max(loads, default=0):.2f}, mean {rows[-1]['mean_load']:.2f} (this run alone holds about 2)", "",
-              "```json", json.dumps(rows, indent=2), "```", ""]
+    lines += [
+        "",
+        f"sacreBLEU signature: {rows[-1].get('signature', '-')}",
+        f"averaged checkpoints: {', '.join(rows[-1].get('averaged', []))}",
+        f"load average samples (1 min, every 30 s; 2 cores): min {min(loads, default=0):.2f}, "
+        f"max {max(loads, default=0):.2f}, mean {rows[-1]['mean_load']:.2f} (this run alone holds about 2)",
+        "",
+        "```json",
+        json.dumps(rows, indent=2),
+        "```",
+        "",
+    ]
     from aiayn.io import write_atomic
 
     write_atomic(path, "\n".join(lines).encode())  # whole or not at all
-    print("\n".join(lines[:4 + len(rows)]))
+    print("\n".join(lines[: 4 + len(rows)]))
 
 
 if __name__ == "__main__":

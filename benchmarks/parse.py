@@ -32,8 +32,17 @@ def load_sampler(samples: list[float], stop: threading.Event) -> None:
 
 def row(name: str, result, seconds: float, note: str = "") -> dict:
     a, s = result.all, result.short
-    return {"system": name, "f1": a.f1, "f1_40": s.f1, "precision": a.precision, "recall": a.recall,
-            "complete_match": a.complete_match, "rejected": a.errors, "seconds": seconds, "note": note}
+    return {
+        "system": name,
+        "f1": a.f1,
+        "f1_40": s.f1,
+        "precision": a.precision,
+        "recall": a.recall,
+        "complete_match": a.complete_match,
+        "rejected": a.errors,
+        "seconds": seconds,
+        "note": note,
+    }
 
 
 def baselines(recipe) -> list[dict]:
@@ -46,15 +55,25 @@ def baselines(recipe) -> list[dict]:
     test = read_treebank(d.archive, d.test)
     gold = [str(t) for t in test]
     began = time.perf_counter()
-    rows = [row("right-branching (gold tags)", evalb(gold, [str(right_branching(t.words(), t.tags())) for t in test]),
-                time.perf_counter() - began)]
+    rows = [
+        row(
+            "right-branching (gold tags)",
+            evalb(gold, [str(right_branching(t.words(), t.tags())) for t in test]),
+            time.perf_counter() - began,
+        )
+    ]
     began = time.perf_counter()
     grammar = PCFG.train(read_treebank(d.archive, d.train))
     parses = [grammar.parse(t.words()) for t in test]
     failed = sum(p is None for p in parses)
-    rows.append(row(f"treebank PCFG, CKY ({len(grammar.b_lhs):,} binary rules)",
-                    evalb(gold, [str(p) if p else "" for p in parses]), time.perf_counter() - began,
-                    f"{failed} without a parse" if failed else ""))
+    rows.append(
+        row(
+            f"treebank PCFG, CKY ({len(grammar.b_lhs):,} binary rules)",
+            evalb(gold, [str(p) if p else "" for p in parses]),
+            time.perf_counter() - began,
+            f"{failed} without a parse" if failed else "",
+        )
+    )
     return rows
 
 
@@ -87,29 +106,52 @@ def main() -> None:
     out = Path(args.out)
     test = read_treebank(recipe.data.archive, recipe.data.test)
     gold, sentences = [str(t) for t in test], [" ".join(t.words()) for t in test]
-    note = (f"{results['steps']:,} steps, {results['minutes']:.1f} min, {results['epoch'] - 1} epochs, "
-            f"{results['tokens_per_s']:,.0f} tok/s")
+    note = (
+        f"{results['steps']:,} steps, {results['minutes']:.1f} min, {results['epoch'] - 1} epochs, "
+        f"{results['tokens_per_s']:,.0f} tok/s"
+    )
     name = f"aiayn Transformer ({recipe.model.get('n_layers')} layers, d_model {recipe.model.get('d_model')})"
     for search in args.searches:  # §6.3's search, or only trees held to the training trees' (not in the paper)
         began = time.perf_counter()
         beam = recipe.train.beam_size if search == "constrained" else PAPER_SEARCH["beam_size"]
-        parser = Parser.load(out / "model", beam_size=beam, alpha=recipe.train.alpha, constrained=search == "constrained")
+        parser = Parser.load(
+            out / "model", beam_size=beam, alpha=recipe.train.alpha, constrained=search == "constrained"
+        )
         label = f"{'§6.3' if search == 'paper' else 'constrained'} search, beam {beam}"
-        rows.append(row(f"{name}, {label}", evalb(gold, parser.parse_lines(sentences)), time.perf_counter() - began,
-                        f"{note}; {parser.repaired} repaired"))
+        rows.append(
+            row(
+                f"{name}, {label}",
+                evalb(gold, parser.parse_lines(sentences)),
+                time.perf_counter() - began,
+                f"{note}; {parser.repaired} repaired",
+            )
+        )
     stop.set()
     write_report(Path(args.report), rows, loads, args.minutes)
 
 
 def write_report(path: Path, rows: list[dict], loads: list[float], minutes: float) -> None:
-    lines = [f"# Parsing wsj_0180-0199 (245 trees), EVALB's rules; aiayn trained {minutes:g} min on 2 threads", "",
-             "| system | F1 | F1 <= 40 words | precision | recall | complete match | rejected | seconds | note |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    lines = [
+        f"# Parsing wsj_0180-0199 (245 trees), EVALB's rules; aiayn trained {minutes:g} min on 2 threads",
+        "",
+        "| system | F1 | F1 <= 40 words | precision | recall | complete match | rejected | seconds | note |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
     for r in rows:
-        lines.append(f"| {r['system']} | {r['f1']:.2f} | {r['f1_40']:.2f} | {r['precision']:.2f} | {r['recall']:.2f} | "
-                     f"{r['complete_match']:.2f} | {r['rejected']} | {r['seconds']:.0f} | {r['note']} |")
-    lines += ["", f"load average (1 min, every 30 s; 2 cores): mean {sum(loads) / len(loads):.2f}, "
-              f"min {min(loads):.2f}, max {max(loads):.2f}", "", "```json", json.dumps(rows, indent=2), "```", ""]
+        lines.append(
+            f"| {r['system']} | {r['f1']:.2f} | {r['f1_40']:.2f} | {r['precision']:.2f} | {r['recall']:.2f} | "
+            f"{r['complete_match']:.2f} | {r['rejected']} | {r['seconds']:.0f} | {r['note']} |"
+        )
+    lines += [
+        "",
+        f"load average (1 min, every 30 s; 2 cores): mean {sum(loads) / len(loads):.2f}, "
+        f"min {min(loads):.2f}, max {max(loads):.2f}",
+        "",
+        "```json",
+        json.dumps(rows, indent=2),
+        "```",
+        "",
+    ]
     path.write_text("\n".join(lines))
     print("\n".join(lines[: 4 + len(rows) + 2]))
 

@@ -45,8 +45,12 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=256)
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--backend", default="mkl", choices=["mkl", "onednn"], help="train.gemm's products")
-    parser.add_argument("--onednn-block-mib", type=int, default=loss.ONEDNN_BLOCK_BYTES >> 20,
-                        help="oneDNN's blocks of the kept table's forward product (aiayn.train.loss.ONEDNN_BLOCK_BYTES)")
+    parser.add_argument(
+        "--onednn-block-mib",
+        type=int,
+        default=loss.ONEDNN_BLOCK_BYTES >> 20,
+        help="oneDNN's blocks of the kept table's forward product (aiayn.train.loss.ONEDNN_BLOCK_BYTES)",
+    )
     args = parser.parse_args()
     torch.set_num_threads(2)
     loss.PRODUCT_ROWS, loss.ONEDNN_BLOCK_BYTES = args.rows, args.onednn_block_mib << 20
@@ -65,12 +69,14 @@ def main() -> None:
         value.backward()
         results[name] = (value.item(), h.grad.clone(), w.grad.clone())
     (l0, gh0, gw0), (l1, gh1, gw1) = results.values()
-    print(f"loss {l0} / {l1}; max |d grad h| {(gh0 - gh1).abs().max().item()}, "
-          f"max |d grad W| {(gw0 - gw1).abs().max().item()}")
+    print(
+        f"loss {l0} / {l1}; max |d grad h| {(gh0 - gh1).abs().max().item()}, "
+        f"max |d grad W| {(gw0 - gw1).abs().max().item()}"
+    )
     times: dict[str, list[float]] = {name: [] for name in engines}
     faults: dict[str, int] = {}
     for r in range(args.rounds):
-        for name in (list(engines) if r % 2 else list(reversed(engines))):
+        for name in list(engines) if r % 2 else list(reversed(engines)):
             h.grad = w.grad = None
             faults_before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
             began = time.perf_counter()
@@ -78,9 +84,11 @@ def main() -> None:
             times[name].append(time.perf_counter() - began)
             faults[name] = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults_before
     before, kept = (statistics.median(times[n]) for n in engines)
-    print(f"\nprojection + loss, forward and backward, {N} x {D} x {V:,}, float32, 2 threads, "
-          f"medians of {args.rounds} alternated rounds, products on {args.backend} "
-          f"({args.rows} rows at once on MKL, {args.onednn_block_mib} MiB blocks on oneDNN)\n")
+    print(
+        f"\nprojection + loss, forward and backward, {N} x {D} x {V:,}, float32, 2 threads, "
+        f"medians of {args.rounds} alternated rounds, products on {args.backend} "
+        f"({args.rows} rows at once on MKL, {args.onednn_block_mib} MiB blocks on oneDNN)\n"
+    )
     print("| engine | seconds | page faults (last round) |\n| --- | --- | --- |")
     for name in engines:
         print(f"| {name} | {statistics.median(times[name]):.2f} | {faults[name]:,} |")

@@ -91,8 +91,9 @@ def level(port: int, lines: list[str], clients: int, seconds: float) -> dict:
     errors: list[str] = []
     before = get(port, "/api/health")
     stop_at = time.monotonic() + seconds
-    threads = [threading.Thread(target=client, args=(port, lines, 97 * c, stop_at, latencies, errors))
-               for c in range(clients)]
+    threads = [
+        threading.Thread(target=client, args=(port, lines, 97 * c, stop_at, latencies, errors)) for c in range(clients)
+    ]
     began = time.monotonic()
     for t in threads:
         t.start()
@@ -101,10 +102,16 @@ def level(port: int, lines: list[str], clients: int, seconds: float) -> dict:
     elapsed = time.monotonic() - began
     after = get(port, "/api/health")
     ordered = sorted(latencies) or [float("nan")]
-    return {"clients": clients, "sentences_per_s": len(latencies) / elapsed, "requests": len(latencies),
-            "p50_s": statistics.median(ordered), "p99_s": ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))],
-            "errors": len(errors), "first_error": errors[0] if errors else None,
-            "model_batches": after["model_batches"] - before["model_batches"]}
+    return {
+        "clients": clients,
+        "sentences_per_s": len(latencies) / elapsed,
+        "requests": len(latencies),
+        "p50_s": statistics.median(ordered),
+        "p99_s": ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))],
+        "errors": len(errors),
+        "first_error": errors[0] if errors else None,
+        "model_batches": after["model_batches"] - before["model_batches"],
+    }
 
 
 def run_mode(args: argparse.Namespace, lines: list[str], batching: bool) -> list[dict]:
@@ -120,8 +127,12 @@ def run_mode(args: argparse.Namespace, lines: list[str], batching: bool) -> list
         for n, clients in enumerate(counts):
             seconds = args.soak_minutes * 60 if args.soak_minutes and n == len(counts) - 1 else args.seconds
             row = level(port, lines, clients, seconds)
-            row.update(batching=batching, rss_after_warmup_mib=warm, rss_mib=memory_mib(server.pid, "VmRSS"),
-                       peak_rss_mib=memory_mib(server.pid, "VmHWM"))
+            row.update(
+                batching=batching,
+                rss_after_warmup_mib=warm,
+                rss_mib=memory_mib(server.pid, "VmRSS"),
+                peak_rss_mib=memory_mib(server.pid, "VmHWM"),
+            )
             rows.append(row)
             print(json.dumps(row), file=sys.stderr, flush=True)
         return rows
@@ -131,12 +142,16 @@ def run_mode(args: argparse.Namespace, lines: list[str], batching: bool) -> list
 
 
 def table(rows: list[dict]) -> str:
-    out = ["| batching | clients | sentences/s | p50 | p99 | errors | model batches | RSS warm / now / peak MiB |",
-           "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    out = [
+        "| batching | clients | sentences/s | p50 | p99 | errors | model batches | RSS warm / now / peak MiB |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
     for r in rows:
-        out.append(f"| {'on' if r['batching'] else 'off'} | {r['clients']} | {r['sentences_per_s']:.1f} | "
-                   f"{r['p50_s'] * 1000:.0f} ms | {r['p99_s'] * 1000:.0f} ms | {r['errors']} | {r['model_batches']} | "
-                   f"{r['rss_after_warmup_mib']:.0f} / {r['rss_mib']:.0f} / {r['peak_rss_mib']:.0f} |")
+        out.append(
+            f"| {'on' if r['batching'] else 'off'} | {r['clients']} | {r['sentences_per_s']:.1f} | "
+            f"{r['p50_s'] * 1000:.0f} ms | {r['p99_s'] * 1000:.0f} ms | {r['errors']} | {r['model_batches']} | "
+            f"{r['rss_after_warmup_mib']:.0f} / {r['rss_mib']:.0f} / {r['peak_rss_mib']:.0f} |"
+        )
     return "\n".join(out)
 
 

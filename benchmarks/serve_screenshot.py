@@ -14,8 +14,14 @@ import sys
 import time
 import urllib.request
 
-ARGS = ["--no-sandbox", "--headless", "--disable-gpu", "--disable-background-networking",
-        "--disable-component-update", "--no-first-run"]
+ARGS = [
+    "--no-sandbox",
+    "--headless",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--no-first-run",
+]
 
 
 def main() -> None:

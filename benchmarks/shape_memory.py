@@ -37,10 +37,15 @@ import translate as bench
 
 RUNS = [  # (job, backend, caches: "aiayn" = as importing aiayn sets them, "pytorch" = PyTorch's 1,024,
     # "translate" = as the translate command sets them)
-    ("translate", "onednn", "pytorch"), ("translate", "onednn", "aiayn"), ("translate", "mkl", "aiayn"),
-    ("train", "bf16", "pytorch"), ("train", "bf16", "aiayn"),
-    ("own-lengths", "greedy", "aiayn"), ("own-lengths", "greedy", "translate"),
-    ("own-lengths", "beam4", "aiayn"), ("own-lengths", "beam4", "translate"),
+    ("translate", "onednn", "pytorch"),
+    ("translate", "onednn", "aiayn"),
+    ("translate", "mkl", "aiayn"),
+    ("train", "bf16", "pytorch"),
+    ("train", "bf16", "aiayn"),
+    ("own-lengths", "greedy", "aiayn"),
+    ("own-lengths", "greedy", "translate"),
+    ("own-lengths", "beam4", "aiayn"),
+    ("own-lengths", "beam4", "translate"),
 ]
 JOBS = list(dict.fromkeys(job for job, _, _ in RUNS))
 
@@ -54,7 +59,9 @@ def translate_job(work: Path, gemm: str) -> list[tuple[str, float]]:
     from aiayn.io import read_column_major, read_safetensors
     from aiayn.marian.load import load_marian_model
 
-    model = load_marian_model(work / "marian", unk_id=bench.UNK, read=read_safetensors if gemm == "onednn" else read_column_major)
+    model = load_marian_model(
+        work / "marian", unk_id=bench.UNK, read=read_safetensors if gemm == "onednn" else read_column_major
+    )
     for_decoding(model, gemm)
     config = DecodeConfig(beam_size=1, max_len=3, extra_len=3)
     rng, stages = random.Random(0), []
@@ -88,8 +95,11 @@ def own_lengths_job(work: Path, search: str, sentences: int = 128) -> list[tuple
     for batch in bench.batches(sources, 32):
         run(step, bench.padded(batch), config)
     seconds = time.perf_counter() - began
-    return [("peak", bench.resident_mib("VmHWM") - start), ("at the end", bench.resident_mib("VmRSS") - start),
-            ("seconds", seconds)]
+    return [
+        ("peak", bench.resident_mib("VmHWM") - start),
+        ("at the end", bench.resident_mib("VmRSS") - start),
+        ("seconds", seconds),
+    ]
 
 
 def train_job(steps: int = 120) -> list[tuple[str, float]]:
@@ -143,9 +153,14 @@ def main() -> None:
         return
     bench.prepare(args.work)
     from aiayn.decode.backend import TRANSLATION_CACHE_ENTRIES
-    from aiayn.onednn_caches import ONEDNN_CACHE_ENTRIES, ONEDNN_CACHES  # 64: what the workers get (without the variables)
+    from aiayn.onednn_caches import (
+        ONEDNN_CACHE_ENTRIES,
+        ONEDNN_CACHES,
+    )  # 64: what the workers get (without the variables)
 
-    print("| job | products / search | caches | growth (MiB) after each stage; own-lengths: above the start |\n| --- | --- | --- | --- |")
+    print(
+        "| job | products / search | caches | growth (MiB) after each stage; own-lengths: above the start |\n| --- | --- | --- | --- |"
+    )
     for job, backend, caches in RUNS:
         if job not in args.jobs:
             continue
@@ -153,12 +168,19 @@ def main() -> None:
         env["OMP_NUM_THREADS"] = str(bench.THREADS)
         if caches == "pytorch":
             env.update({name: "1024" for name in ONEDNN_CACHES})
-        done = subprocess.run([sys.executable, __file__, "--worker", job, backend, caches, "--work", str(args.work)],
-                              capture_output=True, text=True, env=env)
+        done = subprocess.run(
+            [sys.executable, __file__, "--worker", job, backend, caches, "--work", str(args.work)],
+            capture_output=True,
+            text=True,
+            env=env,
+        )
         if done.returncode != 0:
             raise RuntimeError(f"{job} {backend} {caches} failed:\n{done.stderr[-3000:]}")
-        label = {"pytorch": "1,024 (PyTorch's)", "translate": f"{TRANSLATION_CACHE_ENTRIES} (the translate command's)",
-                 "aiayn": "-" if backend == "mkl" else f"{ONEDNN_CACHE_ENTRIES} (aiayn's)"}[caches]
+        label = {
+            "pytorch": "1,024 (PyTorch's)",
+            "translate": f"{TRANSLATION_CACHE_ENTRIES} (the translate command's)",
+            "aiayn": "-" if backend == "mkl" else f"{ONEDNN_CACHE_ENTRIES} (aiayn's)",
+        }[caches]
         print(f"| {job} | {backend} | {label} | {done.stdout.strip().splitlines()[-1]} |", flush=True)
     print(f"load average at the end: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
 

@@ -89,7 +89,9 @@ def main() -> None:
     config = model_config(args.work / "marian")
     D, V = config.d_model, config.target_vocab_size
     step_bytes = 4 * (config.decoder.layers * sum(o * i for o, i in backend.step_matrices(config)) + V * D)
-    figures: dict[str, dict[str, list]] = {job: {k: [] for k in ("ct2", "aiayn", "gemm", "products", "tiny")} for job in JOBS}
+    figures: dict[str, dict[str, list]] = {
+        job: {k: [] for k in ("ct2", "aiayn", "gemm", "products", "tiny")} for job in JOBS
+    }
     for r in range(args.rounds):
         for job in JOBS:
             engines = ["ct2-float32", "aiayn-float32"][:: 1 if r % 2 == 0 else -1]
@@ -103,12 +105,20 @@ def main() -> None:
                 figures[job]["products"].append(backend.measure(config, beam)[gemm])
             figures[job]["tiny"].append(tiny_step_seconds(config, gemm, beam))
             f = {k: v[-1] for k, v in figures[job].items()}
-            print(f"round {r + 1} {job}: CT2 {1e3 * f['ct2']:.2f} ms/token, aiayn {1e3 * f['aiayn']:.2f} ({gemm}), "
-                  f"products {1e3 * f['products']:.2f}, tiny step {1e3 * f['tiny']:.2f}", file=sys.stderr, flush=True)
-    print(f"load average at the end: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs; {T.THREADS} threads; "
-          f"streaming (2-thread sum): {stream_rate():.1f} GB/s; a step's matrices: {step_bytes / 1e6:.0f} MB")
-    print("| job | CT2 ms/token | aiayn ms/token | aiayn/CT2 speed | backend | products ms (GB/s) | tiny step ms "
-          "| products + tiny step | ceiling: CT2 / products |")
+            print(
+                f"round {r + 1} {job}: CT2 {1e3 * f['ct2']:.2f} ms/token, aiayn {1e3 * f['aiayn']:.2f} ({gemm}), "
+                f"products {1e3 * f['products']:.2f}, tiny step {1e3 * f['tiny']:.2f}",
+                file=sys.stderr,
+                flush=True,
+            )
+    print(
+        f"load average at the end: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs; {T.THREADS} threads; "
+        f"streaming (2-thread sum): {stream_rate():.1f} GB/s; a step's matrices: {step_bytes / 1e6:.0f} MB"
+    )
+    print(
+        "| job | CT2 ms/token | aiayn ms/token | aiayn/CT2 speed | backend | products ms (GB/s) | tiny step ms "
+        "| products + tiny step | ceiling: CT2 / products |"
+    )
     print("|---" * 9 + "|")
     for job in JOBS:
         f = figures[job]
@@ -116,11 +126,18 @@ def main() -> None:
         speed = statistics.median(c / a for c, a in zip(f["ct2"], f["aiayn"]))
         ceiling = statistics.median(c / p for c, p in zip(f["ct2"], f["products"]))
         backends = ", ".join(sorted(set(f["gemm"])))
-        print(f"| {job} | {1e3 * med['ct2']:.2f} | {1e3 * med['aiayn']:.2f} | {speed:.2f}x | {backends} "
-              f"| {1e3 * med['products']:.2f} ({step_bytes / med['products'] / 1e9:.1f}) | {1e3 * med['tiny']:.2f} "
-              f"| {1e3 * (med['products'] + med['tiny']):.2f} | {ceiling:.2f}x |")
-    print("\nper round, aiayn/CT2 speed: " + "; ".join(
-        f"{job} " + ", ".join(f"{c / a:.2f}" for c, a in zip(figures[job]["ct2"], figures[job]["aiayn"])) for job in JOBS))
+        print(
+            f"| {job} | {1e3 * med['ct2']:.2f} | {1e3 * med['aiayn']:.2f} | {speed:.2f}x | {backends} "
+            f"| {1e3 * med['products']:.2f} ({step_bytes / med['products'] / 1e9:.1f}) | {1e3 * med['tiny']:.2f} "
+            f"| {1e3 * (med['products'] + med['tiny']):.2f} | {ceiling:.2f}x |"
+        )
+    print(
+        "\nper round, aiayn/CT2 speed: "
+        + "; ".join(
+            f"{job} " + ", ".join(f"{c / a:.2f}" for c, a in zip(figures[job]["ct2"], figures[job]["aiayn"]))
+            for job in JOBS
+        )
+    )
 
 
 if __name__ == "__main__":

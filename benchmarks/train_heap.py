@@ -31,8 +31,21 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 class Mallinfo2(ctypes.Structure):
-    _fields_ = [(name, ctypes.c_size_t) for name in
-                ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks", "keepcost")]
+    _fields_ = [
+        (name, ctypes.c_size_t)
+        for name in (
+            "arena",
+            "ordblks",
+            "smblks",
+            "hblks",
+            "hblkhd",
+            "usmblks",
+            "fsmblks",
+            "uordblks",
+            "fordblks",
+            "keepcost",
+        )
+    ]
 
 
 def child(out: str, steps: int) -> None:
@@ -40,7 +53,9 @@ def child(out: str, steps: int) -> None:
     from aiayn.recipe import load_recipe
     from aiayn.train import loop
 
-    loop.finish = lambda *args, **kwargs: {}  # training only: no averaging and no test set, whose decoding has its own peak
+    loop.finish = (
+        lambda *args, **kwargs: {}
+    )  # training only: no averaging and no test set, whose decoding has its own peak
 
     libc = ctypes.CDLL(None)
     libc.mallinfo2.restype = Mallinfo2
@@ -55,8 +70,10 @@ def child(out: str, steps: int) -> None:
             print(f"  rss {resident_mib('VmRSS'):.0f} MiB, {heap()}", file=sys.stderr, flush=True)
             time.sleep(10)
 
-    recipe = load_recipe(str(ROOT / "recipes/multi30k-en-de.yaml"),
-                         [f"train.max_steps={steps}", "train.threads=2", "train.eval_every=0", "train.save_every=0"])
+    recipe = load_recipe(
+        str(ROOT / "recipes/multi30k-en-de.yaml"),
+        [f"train.max_steps={steps}", "train.threads=2", "train.eval_every=0", "train.save_every=0"],
+    )
     threading.Thread(target=sample, daemon=True).start()
     results = loop.train(recipe, out, log=lambda line: print(line, file=sys.stderr, flush=True))
     print(json.dumps(dict(peak=round(resident_mib("VmHWM")), tokens_per_s=results["tokens_per_s"], **heap())))
@@ -65,15 +82,20 @@ def child(out: str, steps: int) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=200)
-    parser.add_argument("--thresholds", nargs="+", default=["unset", "1048576", "8388608"],
-                        help="MALLOC_MMAP_THRESHOLD_ values in bytes, or unset")
+    parser.add_argument(
+        "--thresholds",
+        nargs="+",
+        default=["unset", "1048576", "8388608"],
+        help="MALLOC_MMAP_THRESHOLD_ values in bytes, or unset",
+    )
     parser.add_argument("--work", default=None, help="where the runs' folders go (default: a temporary folder)")
     parser.add_argument("--child", nargs=2, metavar=("OUT", "STEPS"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         return child(args.child[0], int(args.child[1]))
     from gemm import print_host_rates  # the host's own limits come first (issue 18); the recipe trains in bf16 where
-    print_host_rates()                  # the CPU has it, which these float32 rates do not measure
+
+    print_host_rates()  # the CPU has it, which these float32 rates do not measure
     work = Path(args.work or tempfile.mkdtemp(prefix="aiayn-train-heap-"))
     rows = []
     for value in args.thresholds:
@@ -81,15 +103,25 @@ def main() -> None:
         if value != "unset":
             env["MALLOC_MMAP_THRESHOLD_"] = value
         print(f"MALLOC_MMAP_THRESHOLD_={value}: {args.steps} steps", flush=True)
-        done = subprocess.run([sys.executable, __file__, "--child", str(work / f"run-{value}"), str(args.steps)],
-                              env=env, cwd=ROOT, stdout=subprocess.PIPE, text=True, check=True)
+        done = subprocess.run(
+            [sys.executable, __file__, "--child", str(work / f"run-{value}"), str(args.steps)],
+            env=env,
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            text=True,
+            check=True,
+        )
         rows.append((value, json.loads(done.stdout.strip().splitlines()[-1])))
     print(f"\nload average at the end: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs; runs in {work}\n")
-    print("| MALLOC_MMAP_THRESHOLD_ | peak RSS MiB | heap at the end: size / in use / free MiB | mapped blocks MiB | tokens/s |")
+    print(
+        "| MALLOC_MMAP_THRESHOLD_ | peak RSS MiB | heap at the end: size / in use / free MiB | mapped blocks MiB | tokens/s |"
+    )
     print("| --- | --- | --- | --- | --- |")
     for value, r in rows:
-        print(f"| {value} | {r['peak']:,} | {r['heap']:,} / {r['in_use']:,} / {r['free']:,} | {r['mapped']:,} | "
-              f"{r['tokens_per_s']:,.0f} |")
+        print(
+            f"| {value} | {r['peak']:,} | {r['heap']:,} / {r['in_use']:,} / {r['free']:,} | {r['mapped']:,} | "
+            f"{r['tokens_per_s']:,.0f} |"
+        )
 
 
 if __name__ == "__main__":

@@ -42,8 +42,16 @@ V, PAD, EOS = 58101, 58100, 0
 
 def aiayn_model() -> Transformer:
     config = ModelConfig.preset(
-        "base", vocab_size=V, pad_id=PAD, bos_id=PAD, eos_id=EOS, unk_id=1, activation="swish",
-        sinusoid_layout="halves", final_logits_bias=True, max_len=512,
+        "base",
+        vocab_size=V,
+        pad_id=PAD,
+        bos_id=PAD,
+        eos_id=EOS,
+        unk_id=1,
+        activation="swish",
+        sinusoid_layout="halves",
+        final_logits_bias=True,
+        max_len=512,
     )
     return Transformer(config).train()
 
@@ -52,16 +60,39 @@ def hf_model():
     from transformers import MarianConfig, MarianMTModel
 
     config = MarianConfig(
-        vocab_size=V, d_model=512, encoder_layers=6, decoder_layers=6, encoder_attention_heads=8,
-        decoder_attention_heads=8, encoder_ffn_dim=2048, decoder_ffn_dim=2048, activation_function="swish",
-        scale_embedding=True, share_encoder_decoder_embeddings=True, tie_word_embeddings=True,
-        pad_token_id=PAD, eos_token_id=EOS, decoder_start_token_id=PAD, max_position_embeddings=512, dropout=0.1,
+        vocab_size=V,
+        d_model=512,
+        encoder_layers=6,
+        decoder_layers=6,
+        encoder_attention_heads=8,
+        decoder_attention_heads=8,
+        encoder_ffn_dim=2048,
+        decoder_ffn_dim=2048,
+        activation_function="swish",
+        scale_embedding=True,
+        share_encoder_decoder_embeddings=True,
+        tie_word_embeddings=True,
+        pad_token_id=PAD,
+        eos_token_id=EOS,
+        decoder_start_token_id=PAD,
+        max_position_embeddings=512,
+        dropout=0.1,
     )
     return MarianMTModel(config).train()
 
 
-def aiayn_step(model, optimizer, src, tgt_in, tgt_out, step: int, bf16: bool, attention: str = "auto",
-               backend: str = "mkl", kept: KeptTable | None = None) -> float:
+def aiayn_step(
+    model,
+    optimizer,
+    src,
+    tgt_in,
+    tgt_out,
+    step: int,
+    bf16: bool,
+    attention: str = "auto",
+    backend: str = "mkl",
+    kept: KeptTable | None = None,
+) -> float:
     """As aiayn's training loop computes a step: its forward context (eq. (1)'s kernel for the batch's
     length, train.attention; train.gemm's products; its dropout masks) and its loss, the projection in the
     loss over a kept table. kept=None: the step as it was before (the model's projection, then the loss)."""
@@ -73,8 +104,9 @@ def aiayn_step(model, optimizer, src, tgt_in, tgt_out, step: int, bf16: bool, at
     if kept is None:
         loss, _, n = label_smoothed_nll(out, tgt_out, 0.1, PAD)
     else:
-        loss, _, n = projected_smoothed_nll(out, model.output_proj.matrix, model.logits_bias, tgt_out, 0.1, PAD, kept,
-                                            dtype, backend)
+        loss, _, n = projected_smoothed_nll(
+            out, model.output_proj.matrix, model.logits_bias, tgt_out, 0.1, PAD, kept, dtype, backend
+        )
     (loss / n).backward()
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
@@ -116,33 +148,51 @@ def peak_rss_table(precisions: list[str]) -> None:
     print("| precision | loss | peak RSS MiB |\n| --- | --- | --- |")
     for precision in precisions:
         for loss in ("kept", "before"):
-            out = subprocess.run([sys.executable, __file__, "--child-rss", loss, precision], check=True,
-                                 capture_output=True, text=True).stdout
+            out = subprocess.run(
+                [sys.executable, __file__, "--child-rss", loss, precision], check=True, capture_output=True, text=True
+            ).stdout
             print(f"| {precision} | {'kept table' if loss == 'kept' else 'as before'} | {int(out.split()[-1]):,} |")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--peak-rss", action="store_true",
-                        help="instead of timing: aiayn's peak RSS over 4 steps, each way in a fresh process")
+    parser.add_argument(
+        "--peak-rss",
+        action="store_true",
+        help="instead of timing: aiayn's peak RSS over 4 steps, each way in a fresh process",
+    )
     parser.add_argument("--child-rss", nargs=2, help=argparse.SUPPRESS)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--precision", nargs="+", default=["fp32", "bf16"], choices=["fp32", "bf16"])
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--fused-adam", action="store_true", help="fused Adam for aiayn (as its training loop uses)")
-    parser.add_argument("--attention", default="auto", choices=kernels.KERNELS,
-                        help="aiayn's attention kernel (train.attention; auto = math on a CPU); HF keeps its own")
-    parser.add_argument("--gemm", nargs="+", default=["mkl", "onednn"], choices=["mkl", "onednn"],
-                        help="aiayn's fp32 products (train.gemm), one aiayn engine each")
-    parser.add_argument("--before", action="store_true",
-                        help="also aiayn with the projection in the model and a fresh logits table (before issue 18's "
-                             "kept table), one more engine per --gemm backend")
+    parser.add_argument(
+        "--attention",
+        default="auto",
+        choices=kernels.KERNELS,
+        help="aiayn's attention kernel (train.attention; auto = math on a CPU); HF keeps its own",
+    )
+    parser.add_argument(
+        "--gemm",
+        nargs="+",
+        default=["mkl", "onednn"],
+        choices=["mkl", "onednn"],
+        help="aiayn's fp32 products (train.gemm), one aiayn engine each",
+    )
+    parser.add_argument(
+        "--before",
+        action="store_true",
+        help="also aiayn with the projection in the model and a fresh logits table (before issue 18's "
+        "kept table), one more engine per --gemm backend",
+    )
     args = parser.parse_args()
     if args.child_rss:
         return peak_rss(*args.child_rss)
     if args.peak_rss:
         return peak_rss_table(args.precision)
-    kernel = kernels.attention_kernel(args.attention, torch.device("cpu"), 33)  # as the loop picks it for 32 + 33 tokens
+    kernel = kernels.attention_kernel(
+        args.attention, torch.device("cpu"), 33
+    )  # as the loop picks it for 32 + 33 tokens
     torch.set_num_threads(args.threads)
     from gemm import print_host_rates  # the host's own limits come first (issue 18)
 
@@ -151,16 +201,23 @@ def main() -> None:
     engines = {}
     for backend in args.gemm:  # the same initial weights for each (seed 0)
         torch.manual_seed(0)
-        engines[f"aiayn {backend}"] = (aiayn_model(), partial(aiayn_step, attention=args.attention, backend=backend,
-                                                              kept=KeptTable()))
+        engines[f"aiayn {backend}"] = (
+            aiayn_model(),
+            partial(aiayn_step, attention=args.attention, backend=backend, kept=KeptTable()),
+        )
         if args.before:
             torch.manual_seed(0)
-            engines[f"aiayn {backend}, loss as before"] = (aiayn_model(), partial(aiayn_step, attention=args.attention,
-                                                                                  backend=backend))
+            engines[f"aiayn {backend}, loss as before"] = (
+                aiayn_model(),
+                partial(aiayn_step, attention=args.attention, backend=backend),
+            )
     engines["Hugging Face"] = (hf_model(), hf_step)
-    optimizers = {name: torch.optim.Adam(m.parameters(), betas=(0.9, 0.98), eps=1e-9,
-                                         fused=args.fused_adam and name.startswith("aiayn"))
-                  for name, (m, _) in engines.items()}
+    optimizers = {
+        name: torch.optim.Adam(
+            m.parameters(), betas=(0.9, 0.98), eps=1e-9, fused=args.fused_adam and name.startswith("aiayn")
+        )
+        for name, (m, _) in engines.items()
+    }
     generator = torch.Generator().manual_seed(1234)
     rows = []
     for precision in args.precision:
@@ -176,15 +233,26 @@ def main() -> None:
                 if r:
                     times[name].append(time.perf_counter() - began)
             if r:
-                print(f"{precision} round {r}: " + ", ".join(f"{n} {t[-1]:.2f} s" for n, t in times.items()), flush=True)
+                print(
+                    f"{precision} round {r}: " + ", ".join(f"{n} {t[-1]:.2f} s" for n, t in times.items()), flush=True
+                )
         tokens = 2 * 128 * 32
         hf = times.pop("Hugging Face")
         for name, ours in times.items():
             ratios = [h / a for a, h in zip(ours, hf)]
-            rows.append((precision, name, tokens / statistics.median(ours), tokens / statistics.median(hf),
-                         statistics.median(ratios)))
-    print(f"\none training step, base shapes, 128 x 32 + 128 x 32 tokens, {args.threads} threads, "
-          f"medians of {args.rounds} alternated rounds; aiayn's attention kernel: {kernel}\n")
+            rows.append(
+                (
+                    precision,
+                    name,
+                    tokens / statistics.median(ours),
+                    tokens / statistics.median(hf),
+                    statistics.median(ratios),
+                )
+            )
+    print(
+        f"\none training step, base shapes, 128 x 32 + 128 x 32 tokens, {args.threads} threads, "
+        f"medians of {args.rounds} alternated rounds; aiayn's attention kernel: {kernel}\n"
+    )
     print("| precision | engine | aiayn tok/s | Hugging Face tok/s | ratio (per round, median) |")
     print("| --- | --- | --- | --- | --- |")
     for precision, name, ours, theirs, ratio in rows:

@@ -33,7 +33,10 @@ from pathlib import Path
 OUT_LEN, THREADS, PAD, EOS, UNK, VOCAB = 40, 2, 58100, 0, 1, 58101
 ENGINES = ["hf", "ct2-float32", "ct2-int8", "aiayn-float32", "aiayn-int8"]
 JOBS = {  # name: (beam size, batch size)
-    "beam4-b32": (4, 32), "greedy-b32": (1, 32), "beam4-b1": (4, 1), "greedy-b1": (1, 1),
+    "beam4-b32": (4, 32),
+    "greedy-b32": (1, 32),
+    "beam4-b1": (4, 1),
+    "greedy-b1": (1, 1),
 }
 
 
@@ -41,10 +44,23 @@ def marian_config():
     from transformers import MarianConfig
 
     return MarianConfig(
-        vocab_size=VOCAB, decoder_vocab_size=VOCAB, d_model=512, encoder_layers=6, decoder_layers=6,
-        encoder_attention_heads=8, decoder_attention_heads=8, encoder_ffn_dim=2048, decoder_ffn_dim=2048,
-        activation_function="swish", scale_embedding=True, max_position_embeddings=512, pad_token_id=PAD,
-        decoder_start_token_id=PAD, eos_token_id=EOS, forced_eos_token_id=None, share_encoder_decoder_embeddings=True,
+        vocab_size=VOCAB,
+        decoder_vocab_size=VOCAB,
+        d_model=512,
+        encoder_layers=6,
+        decoder_layers=6,
+        encoder_attention_heads=8,
+        decoder_attention_heads=8,
+        encoder_ffn_dim=2048,
+        decoder_ffn_dim=2048,
+        activation_function="swish",
+        scale_embedding=True,
+        max_position_embeddings=512,
+        pad_token_id=PAD,
+        decoder_start_token_id=PAD,
+        eos_token_id=EOS,
+        forced_eos_token_id=None,
+        share_encoder_decoder_embeddings=True,
     )
 
 
@@ -98,8 +114,15 @@ def run_hf(work: Path, beam: int, batch_size: int, sources: list[list[int]]):
     from transformers import MarianMTModel
 
     model = MarianMTModel.from_pretrained(work / "marian").eval()
-    options = dict(num_beams=beam, do_sample=False, max_new_tokens=OUT_LEN, min_new_tokens=OUT_LEN,
-                   length_penalty=1.0, early_stopping=False, forced_eos_token_id=None)
+    options = dict(
+        num_beams=beam,
+        do_sample=False,
+        max_new_tokens=OUT_LEN,
+        min_new_tokens=OUT_LEN,
+        length_penalty=1.0,
+        early_stopping=False,
+        forced_eos_token_id=None,
+    )
 
     def translate(batch):
         src = padded(batch)
@@ -113,15 +136,26 @@ def run_hf(work: Path, beam: int, batch_size: int, sources: list[list[int]]):
 def run_ct2(work: Path, beam: int, batch_size: int, sources: list[list[int]], compute_type: str):
     import ctranslate2
 
-    model = ctranslate2.Translator(str(work / f"ct2-{compute_type}"), device="cpu", compute_type=compute_type,
-                                   intra_threads=THREADS, inter_threads=1)
+    model = ctranslate2.Translator(
+        str(work / f"ct2-{compute_type}"),
+        device="cpu",
+        compute_type=compute_type,
+        intra_threads=THREADS,
+        inter_threads=1,
+    )
     name = {EOS: "</s>", UNK: "<unk>"}
     ids = {v: k for k, v in name.items()}
 
     def translate(batch):
         tokens = [[name.get(i, f"t{i}") for i in s] for s in batch]
-        results = model.translate_batch(tokens, beam_size=beam, min_decoding_length=OUT_LEN,
-                                        max_decoding_length=OUT_LEN, length_penalty=1.0, max_batch_size=0)
+        results = model.translate_batch(
+            tokens,
+            beam_size=beam,
+            min_decoding_length=OUT_LEN,
+            max_decoding_length=OUT_LEN,
+            length_penalty=1.0,
+            max_batch_size=0,
+        )
         return [[ids.get(t, None) if t in ids else int(t[1:]) for t in r.hypotheses[0]] for r in results]
 
     return translate
@@ -238,14 +272,25 @@ def worker(args: argparse.Namespace) -> None:
         batch_rss.append(round(resident_mib("VmRSS") - runtime_mib, 1))  # above the runtime, after each batch
     seconds = time.perf_counter() - start
     lengths = sorted({len(o) for o in outputs})
-    print(json.dumps({
-        "seconds": seconds, "sentences": len(sources), "tokens": sum(len(o) for o in outputs), "lengths": lengths,
-        "peak_mib": resident_mib("VmHWM"), "runtime_mib": runtime_mib, "batch_rss_mib": batch_rss, "first": outputs[:8],
-        # at the end, above the runtime: the engine's own data (anonymous) and the library code it paged in (files)
-        "anon_mib": resident_mib("RssAnon") - runtime_split["RssAnon"], "file_mib": resident_mib("RssFile") - runtime_split["RssFile"],
-        "gemm": getattr(translate, "gemm", None),
-        "caches": [os.environ.get(name) for name in ("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "LRU_CACHE_CAPACITY")],
-    }))
+    print(
+        json.dumps(
+            {
+                "seconds": seconds,
+                "sentences": len(sources),
+                "tokens": sum(len(o) for o in outputs),
+                "lengths": lengths,
+                "peak_mib": resident_mib("VmHWM"),
+                "runtime_mib": runtime_mib,
+                "batch_rss_mib": batch_rss,
+                "first": outputs[:8],
+                # at the end, above the runtime: the engine's own data (anonymous) and the library code it paged in (files)
+                "anon_mib": resident_mib("RssAnon") - runtime_split["RssAnon"],
+                "file_mib": resident_mib("RssFile") - runtime_split["RssFile"],
+                "gemm": getattr(translate, "gemm", None),
+                "caches": [os.environ.get(name) for name in ("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "LRU_CACHE_CAPACITY")],
+            }
+        )
+    )
 
 
 def measure(work: Path, engine: str, job: str, sentences: int) -> dict:
@@ -254,7 +299,18 @@ def measure(work: Path, engine: str, job: str, sentences: int) -> dict:
         env["OMP_WAIT_POLICY"] = OMP_WAIT_POLICY
     if MMAP_THRESHOLD:  # glibc: buffers this big or bigger are mapped, and returned to the system when freed
         env["MALLOC_MMAP_THRESHOLD_"] = str(MMAP_THRESHOLD)
-    cmd = [sys.executable, __file__, "--worker", engine, "--job", job, "--work", str(work), "--sentences", str(sentences)]
+    cmd = [
+        sys.executable,
+        __file__,
+        "--worker",
+        engine,
+        "--job",
+        job,
+        "--work",
+        str(work),
+        "--sentences",
+        str(sentences),
+    ]
     done = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if done.returncode != 0:
         raise RuntimeError(f"{engine} {job} failed:\n{done.stderr[-3000:]}")
@@ -275,6 +331,7 @@ def table(results: dict, jobs: list[str], engines: list[str]) -> str:
     alternate engines, so the machine's drift between rounds cancels) and the table gives the median
     of those per-round ratios; the per-round ratios of the float32 goal follow the tables.
     """
+
     def med(job, engine, key):
         return statistics.median(r[key] for r in results[job][engine])
 
@@ -285,8 +342,10 @@ def table(results: dict, jobs: list[str], engines: list[str]) -> str:
     def ratio(job, a, b):
         return f"{statistics.median(per_round(job, a, b)):.2f}x" if a in engines and b in engines else "-"
 
-    lines = ["| job | " + " | ".join(engines) + " | aiayn/CT2 f32 | aiayn int8/CT2 int8 | aiayn/HF |",
-             "|---" * (len(engines) + 4) + "|"]
+    lines = [
+        "| job | " + " | ".join(engines) + " | aiayn/CT2 f32 | aiayn int8/CT2 int8 | aiayn/HF |",
+        "|---" * (len(engines) + 4) + "|",
+    ]
     for job in jobs:
         speed = {e: med(job, e, "tokens") / med(job, e, "seconds") for e in engines}
         unit = "tok/s"
@@ -294,43 +353,87 @@ def table(results: dict, jobs: list[str], engines: list[str]) -> str:
         if JOBS[job][1] == 1:  # batch 1: milliseconds per sentence, as PEERS.md gives it
             unit = "ms/sentence"
             cells = [f"{1000 * med(job, e, 'seconds') / med(job, e, 'sentences'):,.0f}" for e in engines]
-        lines.append(f"| {job} ({unit}) | " + " | ".join(cells) + f" | {ratio(job, 'aiayn-float32', 'ct2-float32')} | "
-                     f"{ratio(job, 'aiayn-int8', 'ct2-int8')} | {ratio(job, 'aiayn-float32', 'hf')} |")
-    lines += ["", "| peak memory, MiB | " + " | ".join(engines) + " | aiayn/CT2 f32 | aiayn int8/CT2 int8 |",
-              "|---" * (len(engines) + 3) + "|"]
+        lines.append(
+            f"| {job} ({unit}) | " + " | ".join(cells) + f" | {ratio(job, 'aiayn-float32', 'ct2-float32')} | "
+            f"{ratio(job, 'aiayn-int8', 'ct2-int8')} | {ratio(job, 'aiayn-float32', 'hf')} |"
+        )
+    lines += [
+        "",
+        "| peak memory, MiB | " + " | ".join(engines) + " | aiayn/CT2 f32 | aiayn int8/CT2 int8 |",
+        "|---" * (len(engines) + 3) + "|",
+    ]
     for job in jobs:
         lines.append(memory_row(job, engines, {e: max(r["peak_mib"] for r in results[job][e]) for e in engines}))
-    lines += ["", "| peak above the runtime, MiB | " + " | ".join(engines) + " | aiayn/CT2 f32 | aiayn int8/CT2 int8 |",
-              "|---" * (len(engines) + 3) + "|"]
+    lines += [
+        "",
+        "| peak above the runtime, MiB | " + " | ".join(engines) + " | aiayn/CT2 f32 | aiayn int8/CT2 int8 |",
+        "|---" * (len(engines) + 3) + "|",
+    ]
     for job in jobs:
         above = {e: max(r["peak_mib"] - r["runtime_mib"] for r in results[job][e]) for e in engines}
         lines.append(memory_row(job, engines, above))
     if all("anon_mib" in r for job in jobs for e in engines for r in results[job][e]):
-        lines += ["", "| resident at the end above the runtime, MiB: anonymous (the engine's data) + files (library code) | "
-                  + " | ".join(engines) + " | aiayn/CT2 f32 anonymous | aiayn int8/CT2 int8 anonymous |", "|---" * (len(engines) + 3) + "|"]
+        lines += [
+            "",
+            "| resident at the end above the runtime, MiB: anonymous (the engine's data) + files (library code) | "
+            + " | ".join(engines)
+            + " | aiayn/CT2 f32 anonymous | aiayn int8/CT2 int8 anonymous |",
+            "|---" * (len(engines) + 3) + "|",
+        ]
         for job in jobs:
-            split = {e: (max(r["anon_mib"] for r in results[job][e]), max(r["file_mib"] for r in results[job][e])) for e in engines}
+            split = {
+                e: (max(r["anon_mib"] for r in results[job][e]), max(r["file_mib"] for r in results[job][e]))
+                for e in engines
+            }
             cells = [f"{a:,.0f} + {f:,.0f}" for a, f in split.values()]
-            mine = [f"{split[a][0] / split[b][0]:.2f}" if a in split and b in split and split[b][0] > 0 else "-"
-                    for a, b in (("aiayn-float32", "ct2-float32"), ("aiayn-int8", "ct2-int8"))]
+            mine = [
+                f"{split[a][0] / split[b][0]:.2f}" if a in split and b in split and split[b][0] > 0 else "-"
+                for a, b in (("aiayn-float32", "ct2-float32"), ("aiayn-int8", "ct2-int8"))
+            ]
             lines.append(f"| {job} | " + " | ".join(cells) + " | " + " | ".join(mine) + " |")
     runtimes = {e: statistics.median(r["runtime_mib"] for job in jobs for r in results[job][e]) for e in engines}
-    lines += ["", "runtime (resident after importing the engine, before its weights), MiB: "
-              + ", ".join(f"{e} {m:,.0f}" for e, m in runtimes.items())]
+    lines += [
+        "",
+        "runtime (resident after importing the engine, before its weights), MiB: "
+        + ", ".join(f"{e} {m:,.0f}" for e, m in runtimes.items()),
+    ]
     if "aiayn-float32" in engines and "ct2-float32" in engines:
-        lines += ["", "aiayn/CT2 float32 per round: " + "; ".join(
-            f"{job} " + ", ".join(f"{r:.2f}" for r in per_round(job, "aiayn-float32", "ct2-float32")) for job in jobs)]
+        lines += [
+            "",
+            "aiayn/CT2 float32 per round: "
+            + "; ".join(
+                f"{job} " + ", ".join(f"{r:.2f}" for r in per_round(job, "aiayn-float32", "ct2-float32"))
+                for job in jobs
+            ),
+        ]
     if "aiayn-float32" in engines:  # the GEMM backend each process's Translator.load-style choice took
-        lines += ["", "aiayn float32's GEMM backend per round: " + "; ".join(
-            f"{job} " + ", ".join(str(r.get("gemm")) for r in results[job]["aiayn-float32"]) for job in jobs)]
+        lines += [
+            "",
+            "aiayn float32's GEMM backend per round: "
+            + "; ".join(
+                f"{job} " + ", ".join(str(r.get("gemm")) for r in results[job]["aiayn-float32"]) for job in jobs
+            ),
+        ]
     if "aiayn-int8" in engines and "ct2-int8" in engines:
-        lines += ["", "aiayn/CT2 int8 per round: " + "; ".join(
-            f"{job} " + ", ".join(f"{r:.2f}" for r in per_round(job, "aiayn-int8", "ct2-int8")) for job in jobs)]
+        lines += [
+            "",
+            "aiayn/CT2 int8 per round: "
+            + "; ".join(
+                f"{job} " + ", ".join(f"{r:.2f}" for r in per_round(job, "aiayn-int8", "ct2-int8")) for job in jobs
+            ),
+        ]
     if "aiayn-int8" in engines:  # packed for oneDNN, or plain rows and torch._int_mm
         products = sorted({str(r.get("gemm")) for job in jobs for r in results[job]["aiayn-int8"]})
         lines += ["", "aiayn int8's vocabulary product: " + ", ".join(products)]
-    sizes = sorted({"/".join(map(str, r.get("caches") or [])) for job in jobs for e in engines if e.startswith("aiayn")
-                    for r in results[job][e]})
+    sizes = sorted(
+        {
+            "/".join(map(str, r.get("caches") or []))
+            for job in jobs
+            for e in engines
+            if e.startswith("aiayn")
+            for r in results[job][e]
+        }
+    )
     if sizes:  # oneDNN's and ideep's kernel caches in aiayn's workers (backend.caches_for_translation)
         lines += ["", "aiayn's kernel caches (oneDNN / ideep entries): " + ", ".join(sizes)]
     return "\n".join(lines)
@@ -338,8 +441,11 @@ def table(results: dict, jobs: list[str], engines: list[str]) -> str:
 
 def memory_row(job: str, engines: list[str], mem: dict[str, float]) -> str:
     ratio = lambda a, b: f"{mem[a] / mem[b]:.2f}" if a in mem and b in mem else "-"  # noqa: E731
-    return (f"| {job} | " + " | ".join(f"{mem[e]:,.0f}" for e in engines)
-            + f" | {ratio('aiayn-float32', 'ct2-float32')} | {ratio('aiayn-int8', 'ct2-int8')} |")
+    return (
+        f"| {job} | "
+        + " | ".join(f"{mem[e]:,.0f}" for e in engines)
+        + f" | {ratio('aiayn-float32', 'ct2-float32')} | {ratio('aiayn-int8', 'ct2-int8')} |"
+    )
 
 
 def main() -> None:
@@ -351,11 +457,19 @@ def main() -> None:
     parser.add_argument("--jobs", nargs="+", default=list(JOBS), choices=list(JOBS))
     parser.add_argument("--engines", nargs="+", default=ENGINES, choices=ENGINES)
     parser.add_argument("--quick", action="store_true", help="one round of beam4-b32 on 64 sentences")
-    parser.add_argument("--omp-wait-policy", default="default", choices=["PASSIVE", "ACTIVE", "default"],
-                        help="OMP_WAIT_POLICY for every engine (default: unset, as PEERS.md measured; PASSIVE is "
-                             "steadier when other jobs share the cores, but slows every engine's small steps)")
-    parser.add_argument("--malloc-mmap-threshold", type=int, metavar="BYTES",
-                        help="MALLOC_MMAP_THRESHOLD_ for every engine (default: unset, glibc's own adaptive threshold)")
+    parser.add_argument(
+        "--omp-wait-policy",
+        default="default",
+        choices=["PASSIVE", "ACTIVE", "default"],
+        help="OMP_WAIT_POLICY for every engine (default: unset, as PEERS.md measured; PASSIVE is "
+        "steadier when other jobs share the cores, but slows every engine's small steps)",
+    )
+    parser.add_argument(
+        "--malloc-mmap-threshold",
+        type=int,
+        metavar="BYTES",
+        help="MALLOC_MMAP_THRESHOLD_ for every engine (default: unset, glibc's own adaptive threshold)",
+    )
     parser.add_argument("--worker", choices=ENGINES, help=argparse.SUPPRESS)
     parser.add_argument("--job", choices=list(JOBS), help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -377,18 +491,31 @@ def main() -> None:
     for r in range(args.rounds):
         for job in args.jobs:
             n = args.batch1_sentences if JOBS[job][1] == 1 else args.sentences
-            order = args.engines[r % len(args.engines):] + args.engines[: r % len(args.engines)]
+            order = args.engines[r % len(args.engines) :] + args.engines[: r % len(args.engines)]
             for engine in order:
                 res = measure(args.work, engine, job, n)
                 results[job][engine].append(res)
-                print(f"round {r + 1} {job:11s} {engine:14s} {res['tokens'] / res['seconds']:8.1f} tok/s "
-                      f"{res['peak_mib']:7.0f} MiB (runtime {res['runtime_mib']:.0f})"
-                      + (f", {res['gemm']}" if res.get("gemm") else ""),
-                      file=sys.stderr, flush=True)
-    same = {e: sum(a == b for a, b in zip(results[args.jobs[0]][e][0]["first"], results[args.jobs[0]]["hf"][0]["first"]))
-            for e in args.engines} if "hf" in args.engines else {}
-    print(f"load average at the end: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs; {THREADS} threads per engine; "
-          f"OMP_WAIT_POLICY={args.omp_wait_policy}; MALLOC_MMAP_THRESHOLD_={MMAP_THRESHOLD or 'unset'}")
+                print(
+                    f"round {r + 1} {job:11s} {engine:14s} {res['tokens'] / res['seconds']:8.1f} tok/s "
+                    f"{res['peak_mib']:7.0f} MiB (runtime {res['runtime_mib']:.0f})"
+                    + (f", {res['gemm']}" if res.get("gemm") else ""),
+                    file=sys.stderr,
+                    flush=True,
+                )
+    same = (
+        {
+            e: sum(
+                a == b for a, b in zip(results[args.jobs[0]][e][0]["first"], results[args.jobs[0]]["hf"][0]["first"])
+            )
+            for e in args.engines
+        }
+        if "hf" in args.engines
+        else {}
+    )
+    print(
+        f"load average at the end: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs; {THREADS} threads per engine; "
+        f"OMP_WAIT_POLICY={args.omp_wait_policy}; MALLOC_MMAP_THRESHOLD_={MMAP_THRESHOLD or 'unset'}"
+    )
     print(f"first 8 outputs of {args.jobs[0]} identical to Hugging Face's: {same}")
     print(table(results, args.jobs, args.engines))
 

@@ -31,11 +31,18 @@ def make_run(root: Path, data_dir: Path) -> Path:
 
 
 @contextlib.contextmanager
-def serving(model_dir: Path, limits: Limits = Limits(), batching: bool = True, translator: Any = None,
-            langs: tuple[str | None, str | None] = ("en", "de")) -> Iterator[str]:
+def serving(
+    model_dir: Path,
+    limits: Limits = Limits(),
+    batching: bool = True,
+    translator: Any = None,
+    langs: tuple[str | None, str | None] = ("en", "de"),
+) -> Iterator[str]:
     """The app for model_dir served on 127.0.0.1 (langs: as --source-lang and --target-lang); yields its base URL."""
     translator = translator or Translator.load(model_dir)
-    app = build_app(translator, model_dir, limits, batching=batching, src_lang=langs[0], tgt_lang=langs[1], local_only=True)
+    app = build_app(
+        translator, model_dir, limits, batching=batching, src_lang=langs[0], tgt_lang=langs[1], local_only=True
+    )
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="on"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()

@@ -20,11 +20,14 @@ from aiayn.decode.greedy import greedy_hypotheses
 from aiayn.decode.quantize import quantize_int8
 from aiayn.decode.step import TransformerStep
 
-pytestmark = pytest.mark.skipif(not shutil.which(os.environ.get("CC") or "cc"), reason="no C compiler: the caches are copied")
+pytestmark = pytest.mark.skipif(
+    not shutil.which(os.environ.get("CC") or "cc"), reason="no C compiler: the caches are copied"
+)
 
 
-@pytest.mark.parametrize("N, R, h, t, d_k, d_v", [(1, 1, 1, 1, 64, 64), (4, 4, 8, 20, 64, 64), (3, 7, 2, 9, 8, 24),
-                                                   (64, 64, 8, 33, 64, 64)])
+@pytest.mark.parametrize(
+    "N, R, h, t, d_k, d_v", [(1, 1, 1, 1, 64, 64), (4, 4, 8, 20, 64, 64), (3, 7, 2, 9, 8, 24), (64, 64, 8, 33, 64, 64)]
+)
 def test_the_kernel_is_pytorchs_attention_over_the_rows_the_table_names(N, R, h, t, d_k, d_v):
     assert attend.kernel() is not None, attend.why_not()
     k, v = torch.randn(t + 3, R, h, d_k), torch.randn(t + 3, R, h, d_v)
@@ -38,7 +41,11 @@ def test_the_kernel_is_pytorchs_attention_over_the_rows_the_table_names(N, R, h,
     keys, values = k[torch.arange(t), table[:t, n], c], v[torch.arange(t), table[:t, n], c]  # (t, d)
     weights = (keys @ q[n, c] / d_k**0.5).softmax(0)
     assert torch.allclose(got.view(N, h, d_v)[n, c], weights @ values, atol=1e-5)
-    for wrong in (dict(table=table[:, :-1] if R > 1 else table[:-1]), dict(t=t + 4), dict(q=torch.randn(N, h, d_k + 1))):
+    for wrong in (
+        dict(table=table[:, :-1] if R > 1 else table[:-1]),
+        dict(t=t + 4),
+        dict(q=torch.randn(N, h, d_k + 1)),
+    ):
         args = dict(q=q, k=k, v=v, table=table, t=t) | wrong
         with pytest.raises(ValueError, match="do not go together"):  # the kernel would read past the buffers
             attend.attend(**args)
@@ -87,7 +94,9 @@ def test_reordering_through_the_table_gives_the_copies_log_probabilities(int8):
         states = [copying.start(src, capacity=2), through_table.start(src, capacity=2)]  # the buffers grow twice
         assert states[0].caches[0].table is None and states[1].caches[0].table is not None
         rows, keep = 3, torch.tensor([2, 0])
-        for t, (new_rows, sentences) in enumerate([(6, None), (6, None), (3, None), (9, None), (9, None), (4, keep), (2, None)]):
+        for t, (new_rows, sentences) in enumerate(
+            [(6, None), (6, None), (3, None), (9, None), (9, None), (4, keep), (2, None)]
+        ):
             tokens = torch.randint(4, 50, (rows, 1), generator=generator)
             out = [step.step(tokens, state) for step, state in zip((copying, through_table), states)]
             assert (out[0][0] - out[1][0]).abs().max() < 1e-5, f"step {t}"
@@ -103,8 +112,10 @@ def test_searches_find_the_same_hypotheses_either_way():
     src = torch.randint(4, 40, (5, 7))
     src[2, 4:] = model.config.pad_id
     copying, through_table = copy_and_table(model)
-    for search, config in ((beam_search, DecodeConfig(beam_size=4, max_len=12, n_best=2)),
-                           (greedy_hypotheses, DecodeConfig(beam_size=1, max_len=12))):
+    for search, config in (
+        (beam_search, DecodeConfig(beam_size=4, max_len=12, n_best=2)),
+        (greedy_hypotheses, DecodeConfig(beam_size=1, max_len=12)),
+    ):
         a, b = search(copying, src, config), search(through_table, src, config)
         assert [[h.tokens for h in hs] for hs in a] == [[h.tokens for h in hs] for hs in b]
         assert all(abs(x.score - y.score) < 1e-5 for hs, gs in zip(a, b) for x, y in zip(hs, gs))
@@ -118,8 +129,13 @@ def test_the_model_reads_a_reordered_cache_through_the_table_too():
     src = torch.randint(4, 40, (2, 5))
     with torch.inference_mode():
         states = [step.start(src) for step in (copying, through_table)]
-        for tokens, rows in ((torch.tensor([[1], [1]]), torch.tensor([1, 0, 1, 1])), (torch.tensor([[7], [8], [9], [6]]), torch.tensor([3, 2]))):
-            states = [step.step(tokens, state)[1].index_select(rows) for step, state in zip((copying, through_table), states)]
+        for tokens, rows in (
+            (torch.tensor([[1], [1]]), torch.tensor([1, 0, 1, 1])),
+            (torch.tensor([[7], [8], [9], [6]]), torch.tensor([3, 2])),
+        ):
+            states = [
+                step.step(tokens, state)[1].index_select(rows) for step, state in zip((copying, through_table), states)
+            ]
         logits = [model.decode_step(torch.tensor([[5], [6]]), s.memory_kv, s.src_mask, s.caches) for s in states]
     assert (logits[0] - logits[1]).abs().max() < 1e-5
 

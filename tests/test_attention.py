@@ -50,7 +50,7 @@ def test_encoder_decoder_attention_at_a_step_equals_pytorch_sdpa(B, K):
     q = torch.randn(B, K, h * d_k).view(B, K, h, d_k).transpose(1, 2)  # (B, h, K, d_k), as the layer splits it
     k, v = torch.randn(B, h, S, d_k), torch.randn(B, h, S, d_k)  # contiguous, as TransformerStep.start keeps them
     mask = torch.ones(B, 1, 1, S, dtype=torch.bool)
-    mask[::2, ..., S - 4:] = False  # padding
+    mask[::2, ..., S - 4 :] = False  # padding
     out, none = SourceAttention()(q, k, v, mask)
     assert none is None and out.shape == (B, h, K, d_k)
     assert (out - F.scaled_dot_product_attention(q, k, v, attn_mask=mask)).abs().max().item() < 1e-5
@@ -63,8 +63,10 @@ def test_decoding_puts_its_attentions_in_the_decoder():
     from aiayn.decode.layout import for_decoding
 
     model = for_decoding(Transformer(ModelConfig.preset("tiny", vocab_size=50)))
-    assert all(type(layer.self_attn.attention) is OneQueryAttention and type(layer.cross_attn.attention) is SourceAttention
-               for layer in model.decoder.layers)
+    assert all(
+        type(layer.self_attn.attention) is OneQueryAttention and type(layer.cross_attn.attention) is SourceAttention
+        for layer in model.decoder.layers
+    )
 
 
 def test_eq1_by_hand_for_one_query():

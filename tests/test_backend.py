@@ -23,7 +23,9 @@ from aiayn.io import save_model
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k"
 pytestmark = pytest.mark.skipif(not backend.onednn_available(), reason="this PyTorch build has no oneDNN")
 # aiayn's own product needs a C compiler (tests/test_gemv.py tests both cases); the other backends, PyTorch alone
-BACKENDS = [name for name in backend.BACKENDS if not backend.uses_gemv(name) or shutil.which(os.environ.get("CC") or "cc")]
+BACKENDS = [
+    name for name in backend.BACKENDS if not backend.uses_gemv(name) or shutil.which(os.environ.get("CC") or "cc")
+]
 
 
 @pytest.fixture(scope="module")
@@ -52,22 +54,32 @@ def test_each_backend_forced_gives_the_same_translations_and_logits(model_dir, m
         assert model.encoder.embed.vocabulary is model.decoder.embed.vocabulary is model.output_proj.vocabulary
         assert not any(p.size(0) == model.config.target_vocab_size for p in model.parameters())
     packed = translators["onednn+packed"].model  # with oneDNN's layers, the decoder's matrices packed too
-    assert type(packed.encoder.layers[0].ffn.fc1) is backend.OneDnnLinear and packed.encoder.layers[0].ffn.fc1.weight.dim() == 2
+    assert (
+        type(packed.encoder.layers[0].ffn.fc1) is backend.OneDnnLinear
+        and packed.encoder.layers[0].ffn.fc1.weight.dim() == 2
+    )
     decoder_linears = [m for m in packed.decoder.modules() if isinstance(m, backend.OneDnnLinear)]
     assert len(decoder_linears) == 10 * packed.config.decoder.layers
     assert all("weight" not in m._parameters and m.packed.is_mkldnn for m in decoder_linears)
     assert not [p for p in packed.decoder.parameters() if p.dim() == 2]  # held once: packed, not also plain
-    assert all(m.weight.dim() == 2 for m in translators["mkl+packed"].model.decoder.modules() if isinstance(m, torch.nn.Linear))
+    assert all(
+        m.weight.dim() == 2 for m in translators["mkl+packed"].model.decoder.modules() if isinstance(m, torch.nn.Linear)
+    )
     if "onednn+gemv" in translators:  # a step's products on aiayn's own, on the matrices as stored; a batch's on oneDNN
         model = translators["onednn+gemv"].model
         own = {name for name, m in model.named_modules() if isinstance(m, gemv.GemvLinear)}
-        assert len(own) == 8 * model.config.decoder.layers and not any(name.endswith(("cross_attn.k_proj", "cross_attn.v_proj")) for name in own)
+        assert len(own) == 8 * model.config.decoder.layers and not any(
+            name.endswith(("cross_attn.k_proj", "cross_attn.v_proj")) for name in own
+        )
         assert type(model.output_proj) is gemv.GemvProjection and model.output_proj.matrix is model.decoder.embed.weight
         assert type(model.encoder.layers[0].ffn.fc1) is backend.OneDnnLinear
     for model in (translators["onednn"].model, packed):  # the products of a batch's every token: row-bucketed
         linears = {name: m for name, m in model.named_modules() if isinstance(m, backend.OneDnnLinear)}
-        once_a_batch = {name for name in linears if name.startswith("encoder.") or name.endswith(("cross_attn.k_proj",
-                                                                                                  "cross_attn.v_proj"))}
+        once_a_batch = {
+            name
+            for name in linears
+            if name.startswith("encoder.") or name.endswith(("cross_attn.k_proj", "cross_attn.v_proj"))
+        }
         assert {name for name, m in linears.items() if m.bucketed} == once_a_batch
         assert len(once_a_batch) == 6 * model.config.encoder.layers + 2 * model.config.decoder.layers
     for beam in (1, 4):
@@ -94,10 +106,23 @@ def test_a_row_bucketed_product_is_the_plain_product_of_each_row(packed_rows, mo
     linear = torch.nn.Linear(48, 40)
     bucketed = backend.OneDnnLinear(linear, packed_rows, bucketed=True)
     asked, product = [], backend.onednn_linear
-    monkeypatch.setattr(backend, "onednn_linear", lambda x, w, b: asked.append(x.numel() // x.size(-1)) or product(x, w, b))
+    monkeypatch.setattr(
+        backend, "onednn_linear", lambda x, w, b: asked.append(x.numel() // x.size(-1)) or product(x, w, b)
+    )
     many = 2 * backend.BUCKETED_ROWS
-    for shape in [(1, 48), (9, 48), (16, 48), (3, 7, 48), (backend.BUCKETED_ROWS, 48), (backend.BUCKETED_ROWS + 1, 48),
-                  (many, 48), (many + 5, 48), (4, 83, 48), (2, 0, 48), "strided"]:
+    for shape in [
+        (1, 48),
+        (9, 48),
+        (16, 48),
+        (3, 7, 48),
+        (backend.BUCKETED_ROWS, 48),
+        (backend.BUCKETED_ROWS + 1, 48),
+        (many, 48),
+        (many + 5, 48),
+        (4, 83, 48),
+        (2, 0, 48),
+        "strided",
+    ]:
         x = torch.randn(48, 300).t() if shape == "strided" else torch.randn(shape)  # (300, 48), not contiguous
         shape = tuple(x.shape)
         with torch.inference_mode():
@@ -124,8 +149,11 @@ def test_the_measure_multiplies_the_matrices_a_decoder_layer_multiplies_at_a_ste
     encoder-decoder attention's W^K and W^V, which project the encoder's output once a batch."""
     config = ModelConfig.preset("tiny", vocab_size=300).replace(d_k=24, d_v=40, d_decoder_ff=96)
     layer = Transformer(config).decoder.layers[0]
-    stepped = [m.weight.shape for name, m in layer.named_modules()
-               if isinstance(m, torch.nn.Linear) and name not in ("cross_attn.k_proj", "cross_attn.v_proj")]
+    stepped = [
+        m.weight.shape
+        for name, m in layer.named_modules()
+        if isinstance(m, torch.nn.Linear) and name not in ("cross_attn.k_proj", "cross_attn.v_proj")
+    ]
     assert sorted(tuple(s) for s in stepped) == sorted(backend.step_matrices(config))
 
 
@@ -180,9 +208,12 @@ def test_the_measure_gives_back_the_buffers_mkl_kept_for_its_next_product():
     """MKL keeps the buffers it packed operands into; after timing it at 32 rows on opus-mt's shapes, 10-17 MiB
     of them stayed resident on a 2-core EPYC host, under a model oneDNN then decodes. Anonymous memory only:
     the library code paged in is not the engine's data."""
+
     def left(mode):
         env = {k: v for k, v in os.environ.items() if k != "MKL_DISABLE_FAST_MM"}  # which would keep no pool at all
-        done = subprocess.run([sys.executable, "-c", MEASURE_AT_32_ROWS, mode], capture_output=True, text=True, timeout=300, env=env)
+        done = subprocess.run(
+            [sys.executable, "-c", MEASURE_AT_32_ROWS, mode], capture_output=True, text=True, timeout=300, env=env
+        )
         assert done.returncode == 0, done.stderr
         return int(done.stdout.split()[-1])
 
@@ -208,13 +239,17 @@ def test_auto_takes_onednn_by_a_margin_where_its_fresh_logits_are_large_and_else
     assert backend.choose(config, rows=128, option="mkl") == "mkl"  # forcing still wins
 
 
-def test_auto_packs_the_vocabulary_where_faster_and_by_a_margin_where_its_fresh_logits_are_large(model_dir, monkeypatch):
+def test_auto_packs_the_vocabulary_where_faster_and_by_a_margin_where_its_fresh_logits_are_large(
+    model_dir, monkeypatch
+):
     """Packed, the vocabulary's logits come back as a fresh tensor each step: free while small (up to
     FRESH_LOGITS_FREE), a cost at beam 4 x batch 32 x 58,101 pieces, where MKL writes into a buffer."""
     opus = ModelConfig.preset("tiny", vocab_size=58101)  # measure is replaced: only the shapes count
     monkeypatch.delenv(backend.ENV, raising=False)
+
     def measured(seconds):
         monkeypatch.setattr(backend, "measure", lambda config, rows, repeats=3: seconds)
+
     measured({"mkl": 8.4, "onednn": 8.7, "mkl+packed": 5.7, "onednn+packed": 7.1})  # beam 4, batch 1
     assert backend.choose(opus, rows=4) == "mkl+packed"  # oneDNN's layers are the slower: MKL's stay
     measured({"mkl": 3.9, "onednn": 4.7, "mkl+packed": 4.4, "onednn+packed": 4.6})  # greedy, batch 1
@@ -274,8 +309,12 @@ def test_a_packed_translator_holds_nothing_of_the_file_and_one_vocabulary(model_
     V = model.config.target_vocab_size
     gc.collect()
     weights = str(Path(model_dir) / "model.safetensors")
-    assert not [line for line in Path("/proc/self/maps").read_text().splitlines() if line.endswith(weights)]  # no map left
-    assert not [t for t in (*model.parameters(), *model.buffers()) if t.dim() == 2 and t.size(0) == V]  # no (V, D) matrix
+    assert not [
+        line for line in Path("/proc/self/maps").read_text().splitlines() if line.endswith(weights)
+    ]  # no map left
+    assert not [
+        t for t in (*model.parameters(), *model.buffers()) if t.dim() == 2 and t.size(0) == V
+    ]  # no (V, D) matrix
     ids = torch.tensor([[5, 6, 7]])
     plain = Translator.load(model_dir, gemm="mkl").model
     assert torch.equal(model.encoder.embed(ids), plain.encoder.embed(ids))
@@ -307,10 +346,18 @@ print(os.environ["ONEDNN_PRIMITIVE_CACHE_CAPACITY"], os.environ["LRU_CACHE_CAPAC
 def test_onednn_keeps_a_bounded_number_of_compiled_products():
     """Importing aiayn bounds oneDNN's two kernel caches, which otherwise keep 1,024 shapes each: a
     process that meets 300 product shapes grows by less than half as much. A value the user set stays."""
+
     def run(**caches):
-        env = {k: v for k, v in os.environ.items() if k not in ("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "LRU_CACHE_CAPACITY")}
-        done = subprocess.run([sys.executable, "-c", PRODUCTS_OF_MANY_SHAPES], capture_output=True, text=True,
-                              timeout=300, env={**env, **caches})
+        env = {
+            k: v for k, v in os.environ.items() if k not in ("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "LRU_CACHE_CAPACITY")
+        }
+        done = subprocess.run(
+            [sys.executable, "-c", PRODUCTS_OF_MANY_SHAPES],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env={**env, **caches},
+        )
         assert done.returncode == 0, done.stderr
         return done.stdout.split()
 
@@ -343,11 +390,26 @@ def test_a_process_that_only_translates_keeps_fewer_compiled_products_unless_the
     runs: a 21st shape pushes the first out, where aiayn's 64 keep it. A size the user gives stays, in the
     environment or set after importing aiayn; one inherited from a process that set it through aiayn
     (AIAYN_SET_CACHES records those) is aiayn's."""
+
     def run(**caches):
-        env = {k: v for k, v in os.environ.items()
-               if k not in ("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "LRU_CACHE_CAPACITY", "AIAYN_SET_CACHES", "DNNL_PRIMITIVE_CACHE_CAPACITY")}
-        done = subprocess.run([sys.executable, "-c", CACHE_FOR_TRANSLATION], capture_output=True, text=True,
-                              timeout=300, env={**env, "ONEDNN_VERBOSE": "profile_create", **caches})
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if k
+            not in (
+                "ONEDNN_PRIMITIVE_CACHE_CAPACITY",
+                "LRU_CACHE_CAPACITY",
+                "AIAYN_SET_CACHES",
+                "DNNL_PRIMITIVE_CACHE_CAPACITY",
+            )
+        }
+        done = subprocess.run(
+            [sys.executable, "-c", CACHE_FOR_TRANSLATION],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env={**env, "ONEDNN_VERBOSE": "profile_create", **caches},
+        )
         assert done.returncode == 0, done.stderr
         if "onednn_verbose" not in done.stdout:
             pytest.skip("this oneDNN prints no ONEDNN_VERBOSE=profile_create lines")
@@ -376,11 +438,24 @@ def test_a_process_started_from_a_translating_one_gets_the_library_size_not_the_
     importing aiayn there sets 64 again, as for any process that did not ask for 16."""
     from aiayn.onednn_caches import RECORD
 
-    env = {**os.environ, "ONEDNN_PRIMITIVE_CACHE_CAPACITY": "16", "LRU_CACHE_CAPACITY": "32",
-           RECORD: "ONEDNN_PRIMITIVE_CACHE_CAPACITY=16,LRU_CACHE_CAPACITY=16"}  # 32: a size of the user's
-    done = subprocess.run([sys.executable, "-c", "import os, aiayn; print(os.environ['ONEDNN_PRIMITIVE_CACHE_CAPACITY'], "
-                           "os.environ['LRU_CACHE_CAPACITY'], os.environ['AIAYN_SET_CACHES'])"],
-                          capture_output=True, text=True, timeout=120, env=env)
+    env = {
+        **os.environ,
+        "ONEDNN_PRIMITIVE_CACHE_CAPACITY": "16",
+        "LRU_CACHE_CAPACITY": "32",
+        RECORD: "ONEDNN_PRIMITIVE_CACHE_CAPACITY=16,LRU_CACHE_CAPACITY=16",
+    }  # 32: a size of the user's
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import os, aiayn; print(os.environ['ONEDNN_PRIMITIVE_CACHE_CAPACITY'], "
+            "os.environ['LRU_CACHE_CAPACITY'], os.environ['AIAYN_SET_CACHES'])",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["64", "32", "ONEDNN_PRIMITIVE_CACHE_CAPACITY=64"]
 
@@ -400,7 +475,10 @@ def test_the_translate_and_serve_commands_size_the_caches_before_the_model_loads
 
     monkeypatch.setattr(Translator, "load", recorded)
     (tmp_path / "in.txt").write_text("a b c\n")
-    assert main(["translate", "--model", str(model_dir), "-i", str(tmp_path / "in.txt"), "-o", str(tmp_path / "out.txt")]) == 0
+    assert (
+        main(["translate", "--model", str(model_dir), "-i", str(tmp_path / "in.txt"), "-o", str(tmp_path / "out.txt")])
+        == 0
+    )
     assert calls == ["caches", "load"]
     calls.clear()
     monkeypatch.setattr(app, "build_app", lambda *args, **kwargs: (_ for _ in ()).throw(SystemExit(0)))  # stop there

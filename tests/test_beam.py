@@ -32,8 +32,11 @@ TABLES = {
         (A, A): {EOS: 0.95, A: 0.03, B: 0.02},
     },
     NO_EOS: {
-        (): {A: 0.7, B: 0.3}, (A,): {A: 0.6, B: 0.4}, (B,): {A: 0.9, B: 0.1},
-        (A, A): {A: 0.8, B: 0.2}, (A, B): {A: 0.55, B: 0.45},
+        (): {A: 0.7, B: 0.3},
+        (A,): {A: 0.6, B: 0.4},
+        (B,): {A: 0.9, B: 0.1},
+        (A, A): {A: 0.8, B: 0.2},
+        (A, B): {A: 0.55, B: 0.45},
     },
 }
 
@@ -92,7 +95,9 @@ def test_beam_search_on_probability_tables(alpha):
 
 def test_length_limit_ends_the_search():
     """Without </s>, the search stops at source length + extra_len and returns the best cut hypotheses."""
-    (hyps,) = beam_search(TableModel(), torch.tensor([[NO_EOS, EOS]]), DecodeConfig(beam_size=2, alpha=0.0, extra_len=1, n_best=2))
+    (hyps,) = beam_search(
+        TableModel(), torch.tensor([[NO_EOS, EOS]]), DecodeConfig(beam_size=2, alpha=0.0, extra_len=1, n_best=2)
+    )
     # limit 3: "a a a" (0.7*0.6*0.8) and "a b a" (0.7*0.4*0.55) rank first among the last step's candidates
     assert [h.tokens for h in hyps] == [[A, A, A], [A, B, A]]
     assert [h.score for h in hyps] == pytest.approx([math.log(0.336), math.log(0.154)], abs=1e-6)
@@ -100,7 +105,7 @@ def test_length_limit_ends_the_search():
 
 def test_length_penalty():
     assert length_penalty(0.6, 1.0) == 1.0
-    assert length_penalty(0.6, 7.0) == pytest.approx(2 ** 0.6)
+    assert length_penalty(0.6, 7.0) == pytest.approx(2**0.6)
     assert length_penalty(1.0, 7.0, "power") == 7.0
     with pytest.raises(ValueError):
         length_penalty(0.6, 3.0, "nope")
@@ -242,7 +247,9 @@ def test_a_beam_wider_than_the_vocabulary_searches_every_hypothesis(beam_size, a
 def test_an_ended_hypothesis_never_goes_on(beam_size):
     """With fewer live continuations than beams (banned tokens, a short table), a hypothesis that ended at
     </s> is not revived as a live one: none of the n-best holds </s> before its last token."""
-    for hyps in beam_search(TableModel(), SRC, DecodeConfig(beam_size=beam_size, alpha=0.6, extra_len=2, n_best=beam_size)):
+    for hyps in beam_search(
+        TableModel(), SRC, DecodeConfig(beam_size=beam_size, alpha=0.6, extra_len=2, n_best=beam_size)
+    ):
         assert hyps and all(EOS not in h.tokens[:-1] for h in hyps)
 
 

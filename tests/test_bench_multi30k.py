@@ -31,14 +31,25 @@ def benchmark():
 
 
 def row(minutes: float, steps: int, bleu: float) -> dict:
-    return dict(budget_minutes=minutes, minutes=minutes, steps=steps, epoch=2, valid_bleu=bleu, test_bleu=bleu,
-                tokens_per_s=1.0, peak_rss_mib=1.0, decoder="-", mean_load=0.0)
+    return dict(
+        budget_minutes=minutes,
+        minutes=minutes,
+        steps=steps,
+        epoch=2,
+        valid_bleu=bleu,
+        test_bleu=bleu,
+        tokens_per_s=1.0,
+        peak_rss_mib=1.0,
+        decoder="-",
+        mean_load=0.0,
+    )
 
 
 def test_a_budget_the_run_has_passed_is_skipped_with_its_model_and_row_kept(tmp_path, monkeypatch, capsys):
     out = tmp_path / "run"
-    trained = loop.train(load_recipe(REPO / "recipes" / "tiny.yaml", [f"--{s}" for s in SETTINGS]), out,
-                         log=lambda _: None)
+    trained = loop.train(
+        load_recipe(REPO / "recipes" / "tiny.yaml", [f"--{s}" for s in SETTINGS]), out, log=lambda _: None
+    )
     past = trained["minutes"] / 2  # a budget this run has already trained through
     (out / f"model-{past:g}min").mkdir()
     (out / f"model-{past:g}min" / "mine").write_text("the model of that budget")
@@ -54,8 +65,22 @@ def test_a_budget_the_run_has_passed_is_skipped_with_its_model_and_row_kept(tmp_
 
     monkeypatch.setattr(loop, "train", fake_train)
     monkeypatch.setattr(bench, "validation_bleu", lambda model, recipe: 21.0)
-    monkeypatch.setattr(sys, "argv", ["multi30k.py", "--recipe", str(REPO / "recipes" / "tiny.yaml"), "--out",
-                                      str(out), "--minutes", str(past), str(later), "--set", *SETTINGS])
+    monkeypatch.setattr(
+        sys,
+        "argv",
+        [
+            "multi30k.py",
+            "--recipe",
+            str(REPO / "recipes" / "tiny.yaml"),
+            "--out",
+            str(out),
+            "--minutes",
+            str(past),
+            str(later),
+            "--set",
+            *SETTINGS,
+        ],
+    )
     threads = torch.get_num_threads()
     try:
         bench.main()
@@ -66,6 +91,9 @@ def test_a_budget_the_run_has_passed_is_skipped_with_its_model_and_row_kept(tmp_
     assert (out / f"model-{past:g}min" / "mine").read_text() == "the model of that budget"
     assert (out / f"model-{later:g}min" / "model.safetensors").is_file()
     text = (out / "report.md").read_text()
-    rows = json.loads(text[text.index("```json") + 7:text.rindex("```")])
+    rows = json.loads(text[text.index("```json") + 7 : text.rindex("```")])
     assert [(r["budget_minutes"], r["steps"], r["test_bleu"]) for r in rows] == [(past, 2, 12.5), (later, 9, 20.0)]
-    assert bench.trained_minutes(out) == pytest.approx(trained["minutes"], abs=0.01) and bench.trained_minutes(tmp_path / "new") == 0.0
+    assert (
+        bench.trained_minutes(out) == pytest.approx(trained["minutes"], abs=0.01)
+        and bench.trained_minutes(tmp_path / "new") == 0.0
+    )

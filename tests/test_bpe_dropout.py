@@ -32,8 +32,11 @@ def test_each_piece_splits_into_the_two_pieces_its_last_merge_joined(text):
     assert len(merged) > 0.5 * len(vocab)
     for i in merged:  # the halves spell the piece, and were pieces before it (a higher score: merged earlier)
         assert pieces[left[i]] + pieces[right[i]] == pieces[i]
-        assert min(vocab.sp.get_score(int(left[i])), vocab.sp.get_score(int(right[i]))) > vocab.sp.get_score(i) \
-            or len(pieces[left[i]]) == 1 or len(pieces[right[i]]) == 1
+        assert (
+            min(vocab.sp.get_score(int(left[i])), vocab.sp.get_score(int(right[i]))) > vocab.sp.get_score(i)
+            or len(pieces[left[i]]) == 1
+            or len(pieces[right[i]]) == 1
+        )
     for i in (vocab.pad_id, vocab.bos_id, vocab.eos_id, vocab.unk_id):
         assert left[i] == right[i] == -1
     assert all(left[i] == -1 for i in range(len(vocab)) if len(pieces[i]) == 1)  # characters stay whole

@@ -80,8 +80,10 @@ def test_plans_skip_the_first_step_and_never_reach_back_into_steps_taken(monkeyp
 
 
 def tiny(out: Path, *overrides: str) -> dict:
-    recipe = load_recipe(REPO / "recipes" / "tiny.yaml", [f"--data.train={VAL}", f"--data.valid={VAL}",
-                                                           "--train.log_every=1", "--train.save_every=10", *overrides])
+    recipe = load_recipe(
+        REPO / "recipes" / "tiny.yaml",
+        [f"--data.train={VAL}", f"--data.valid={VAL}", "--train.log_every=1", "--train.save_every=10", *overrides],
+    )
     return train(recipe, out, log=lambda _: None)
 
 

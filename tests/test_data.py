@@ -64,6 +64,7 @@ MULTI30K = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k"
 
 def multi30k_lengths() -> tuple[list[int], list[int]]:
     """Real lengths: words + </s> of Multi30k's 29,000 training pairs, English and German."""
+
     def words(lang: str) -> list[int]:
         with gzip.open(MULTI30K / f"train.{lang}.gz", "rt", encoding="utf-8") as f:
             return [len(line.split()) + 1 for line in f]

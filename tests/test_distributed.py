@@ -34,12 +34,37 @@ def write_recipe(path: Path, data_dir: Path, **train: object) -> Path:
     # Adam's eps is 1e-4, not 1e-9: the attention key biases get a zero gradient in exact arithmetic
     # (softmax ignores a constant added to every score), and at eps 1e-9 Adam turns their rounding
     # noise, which differs between 2 ranks and 1 process, into a full step of +-lr.
-    values = dict(batch_tokens=512, effective_batch_tokens=1024, warmup_steps=20, max_steps=REF_STEPS,
-                  adam_eps=1e-4, eval_every=0, eval_bleu=False, save_every=2, keep_checkpoints=1000, average_last=1,
-                  beam_size=1, log_every=1000, threads=1, device="cpu", **train)
+    values = dict(
+        batch_tokens=512,
+        effective_batch_tokens=1024,
+        warmup_steps=20,
+        max_steps=REF_STEPS,
+        adam_eps=1e-4,
+        eval_every=0,
+        eval_bleu=False,
+        save_every=2,
+        keep_checkpoints=1000,
+        average_last=1,
+        beam_size=1,
+        log_every=1000,
+        threads=1,
+        device="cpu",
+        **train,
+    )
     val = data_dir / "multi30k" / "val"
-    lines = ["data:", f"  train: {val}", f"  valid: {val}", '  test: ""', "  vocab_size: 300", "  max_subwords: 64",
-             "model:", "  preset: tiny", "  max_len: 128", "  p_drop: 0.0", "train:"]
+    lines = [
+        "data:",
+        f"  train: {val}",
+        f"  valid: {val}",
+        '  test: ""',
+        "  vocab_size: 300",
+        "  max_subwords: 64",
+        "model:",
+        "  preset: tiny",
+        "  max_len: 128",
+        "  p_drop: 0.0",
+        "train:",
+    ]
     lines += [f"  {name}: {value}" for name, value in values.items()]
     path.write_text("\n".join(lines) + "\n")
     return path
@@ -83,8 +108,21 @@ def kill_tree(pid: int) -> None:
 
 def torchrun(recipe: Path, out: Path, *overrides: str) -> subprocess.Popen:
     """`torchrun --standalone --nproc-per-node 2 -m aiayn train RECIPE --out OUT ...`: Gloo on CPU."""
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-               "-m", "aiayn", "train", str(recipe), "--out", str(out), *overrides]
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node",
+        "2",
+        "-m",
+        "aiayn",
+        "train",
+        str(recipe),
+        "--out",
+        str(out),
+        *overrides,
+    ]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
     return subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
@@ -163,16 +201,20 @@ def _train_recording(recipe: Path, out: Path, monkeypatch, *overrides: str) -> t
         return loss, nll, n
 
     monkeypatch.setattr(loop, "projected_smoothed_nll", recording)
-    loop.train(load_recipe(recipe, ["--train.adam_eps=1e-9", "--train.effective_batch_tokens=0", *overrides]), out,
-               log=lambda _: None)
+    loop.train(
+        load_recipe(recipe, ["--train.adam_eps=1e-9", "--train.effective_batch_tokens=0", *overrides]),
+        out,
+        log=lambda _: None,
+    )
     return dtypes, losses
 
 
 def test_bf16_autocast_on_cpu_lowers_the_loss(reference, tmp_path, monkeypatch):
     recipe, ref = reference
     out = seed_out_dir(ref, tmp_path / "bf16")
-    dtypes, losses = _train_recording(recipe, out, monkeypatch, "--train.bf16=true", "--train.max_steps=30",
-                                      "--model.p_drop=0.1")
+    dtypes, losses = _train_recording(
+        recipe, out, monkeypatch, "--train.bf16=true", "--train.max_steps=30", "--model.p_drop=0.1"
+    )
     assert dtypes == {torch.bfloat16}
     assert len(losses) == 30
     first, last = sum(losses[:5]) / 5, sum(losses[-5:]) / 5
@@ -183,8 +225,15 @@ def test_fp16_with_a_gradient_scaler_trains_and_saves_the_scaler(reference, tmp_
     recipe, ref = reference
     out = seed_out_dir(ref, tmp_path / "fp16")
     # fp16 matrix products are slow on a CPU: 15 steps, with a shorter warm-up
-    dtypes, losses = _train_recording(recipe, out, monkeypatch, "--train.fp16=true", "--train.max_steps=15",
-                                      "--train.warmup_steps=8", "--train.save_every=15")
+    dtypes, losses = _train_recording(
+        recipe,
+        out,
+        monkeypatch,
+        "--train.fp16=true",
+        "--train.max_steps=15",
+        "--train.warmup_steps=8",
+        "--train.save_every=15",
+    )
     assert dtypes == {torch.float16}
     first, last = sum(losses[:5]) / 5, sum(losses[-5:]) / 5
     assert last < first - 0.3, losses
@@ -236,8 +285,14 @@ def test_two_ranks_plan_one_cool_down_under_a_time_budget(reference, tmp_path):
     """train.cooldown under torchrun: each rank reads its own clock, yet all plan at one step, with one plan."""
     recipe, _ = reference
     out = tmp_path / "cool"
-    proc = torchrun(recipe, out, "--train.max_steps=100000", "--train.max_minutes=0.15", "--train.cooldown=0.5",
-                    "--train.save_every=5")
+    proc = torchrun(
+        recipe,
+        out,
+        "--train.max_steps=100000",
+        "--train.max_minutes=0.15",
+        "--train.cooldown=0.5",
+        "--train.save_every=5",
+    )
     text, _ = proc.communicate(timeout=240)
     assert proc.returncode == 0, text
     assert text.count("the time budget holds about") == 1, text  # planned once (rank 0 logs)

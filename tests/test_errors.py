@@ -87,22 +87,25 @@ def torch_pickle(path: Path) -> None:
     torch.save({"encoder.embed.weight": torch.zeros(2, 2)}, path)
 
 
-@pytest.mark.parametrize("name, content, expected", [
-    ("model.safetensors", os.urandom(50_000), "not a safetensors file"),
-    ("model.safetensors", LFS_POINTER, "a Git LFS pointer"),
-    ("model.safetensors", torch_pickle, "a PyTorch pickle"),
-    ("model.safetensors", b"\x08\x00\x00\x00\x00\x00\x00\x00{}", "not a safetensors file"),
-    ("spm.model", os.urandom(5_000), "not a SentencePiece model"),
-    ("config.json", b'{"format": "aiayn"}', 'no "model" entry'),
-    ("config.json", b'{"format": "aiayn", "model": {"d_model": "wide"}}', "model: d_model = 'wide': expected int"),
-    ("config.json", b'{"format": "aiayn", "model": {"d_model": -64}}', "model: d_model = -64: must be at least 1"),
-    ("config.json", b'{"format": "aiayn", "model": {"p_drop": 2}}', "p_drop = 2: must be at least 0 and at most 1"),
-    ("config.json", b'{"format": "aiayn", "model": null}', '"model" must be a JSON object'),
-    ("config.json", b"null", "expected a JSON object, not null"),
-    ("config.json", b"[1, 2]", "expected a JSON object, not [1, 2]"),
-    ("config.json", b'{"format": "aiayn", "model": ', "not valid JSON"),
-    ("config.json", b"\xff\xfe{}", "not valid UTF-8"),
-])
+@pytest.mark.parametrize(
+    "name, content, expected",
+    [
+        ("model.safetensors", os.urandom(50_000), "not a safetensors file"),
+        ("model.safetensors", LFS_POINTER, "a Git LFS pointer"),
+        ("model.safetensors", torch_pickle, "a PyTorch pickle"),
+        ("model.safetensors", b"\x08\x00\x00\x00\x00\x00\x00\x00{}", "not a safetensors file"),
+        ("spm.model", os.urandom(5_000), "not a SentencePiece model"),
+        ("config.json", b'{"format": "aiayn"}', 'no "model" entry'),
+        ("config.json", b'{"format": "aiayn", "model": {"d_model": "wide"}}', "model: d_model = 'wide': expected int"),
+        ("config.json", b'{"format": "aiayn", "model": {"d_model": -64}}', "model: d_model = -64: must be at least 1"),
+        ("config.json", b'{"format": "aiayn", "model": {"p_drop": 2}}', "p_drop = 2: must be at least 0 and at most 1"),
+        ("config.json", b'{"format": "aiayn", "model": null}', '"model" must be a JSON object'),
+        ("config.json", b"null", "expected a JSON object, not null"),
+        ("config.json", b"[1, 2]", "expected a JSON object, not [1, 2]"),
+        ("config.json", b'{"format": "aiayn", "model": ', "not valid JSON"),
+        ("config.json", b"\xff\xfe{}", "not valid UTF-8"),
+    ],
+)
 def test_corrupt_model_files(work, capsys, name, content, expected):
     path = work / "model" / name
     content(path) if callable(content) else path.write_bytes(content)
@@ -118,41 +121,56 @@ def test_truncated_weights(work, capsys):
 
 # -- translate -------------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("flags, expected", [
-    (["--beam-size", "0"], "argument --beam-size/-b: must be at least 1, got 0"),
-    (["--beam-size", "500"], "--beam-size 500: more than the 120 tokens of the model's target vocabulary"),
-    (["--batch-size", "0"], "argument --batch-size: must be at least 1, got 0"),
-    (["--max-tokens", "0"], "argument --max-tokens: must be at least 1"),
-    (["--max-len", "0"], "argument --max-len: must be at least 1, got 0"),
-    (["--n-best", "0"], "argument --n-best: must be at least 1, got 0"),
-    (["--top-p", "0"], "argument --top-p: must be a finite number above 0"),
-    (["--temperature", "nan"], "argument --temperature: must be a finite number"),
-    (["--device", "gpu7"], "--device 'gpu7': not a device name"),
-    (["--top-k", "5"], "--top-k only shape sampling: add --sample"),  # beam search would ignore it
-    (["--top-p", "0.9", "--temperature", "2"], "--temperature, --top-p only shape sampling: add --sample"),
-    (["--sample", "--n-best", "3"], "n_best 3 with sampling: sampling draws one translation a sentence"),
-    (["--seed", str(2**64)], "argument --seed: must be at least 0 and at most 9223372036854775807"),
-])
+
+@pytest.mark.parametrize(
+    "flags, expected",
+    [
+        (["--beam-size", "0"], "argument --beam-size/-b: must be at least 1, got 0"),
+        (["--beam-size", "500"], "--beam-size 500: more than the 120 tokens of the model's target vocabulary"),
+        (["--batch-size", "0"], "argument --batch-size: must be at least 1, got 0"),
+        (["--max-tokens", "0"], "argument --max-tokens: must be at least 1"),
+        (["--max-len", "0"], "argument --max-len: must be at least 1, got 0"),
+        (["--n-best", "0"], "argument --n-best: must be at least 1, got 0"),
+        (["--top-p", "0"], "argument --top-p: must be a finite number above 0"),
+        (["--temperature", "nan"], "argument --temperature: must be a finite number"),
+        (["--device", "gpu7"], "--device 'gpu7': not a device name"),
+        (["--top-k", "5"], "--top-k only shape sampling: add --sample"),  # beam search would ignore it
+        (["--top-p", "0.9", "--temperature", "2"], "--temperature, --top-p only shape sampling: add --sample"),
+        (["--sample", "--n-best", "3"], "n_best 3 with sampling: sampling draws one translation a sentence"),
+        (["--seed", str(2**64)], "argument --seed: must be at least 0 and at most 9223372036854775807"),
+    ],
+)
 def test_translate_flags(work, capsys, flags, expected):
     out = work / "out.txt"
-    fails(["translate", "--model", str(work / "model"), "-i", str(work / "in.txt"), "-o", str(out), *flags],
-          capsys, work, expected)
+    fails(
+        ["translate", "--model", str(work / "model"), "-i", str(work / "in.txt"), "-o", str(out), *flags],
+        capsys,
+        work,
+        expected,
+    )
     assert not out.exists()
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
 def test_translate_on_cuda_without_cuda(work, capsys):
-    fails(["translate", "--model", str(work / "model"), "-i", str(work / "in.txt"), "--device", "cuda"],
-          capsys, work, "--device cuda: CUDA is not available")
+    fails(
+        ["translate", "--model", str(work / "model"), "-i", str(work / "in.txt"), "--device", "cuda"],
+        capsys,
+        work,
+        "--device cuda: CUDA is not available",
+    )
 
 
-@pytest.mark.parametrize("where, expected", [
-    (["-i", "{dir}"], "argument --input/-i: {dir} is a directory, not a text file"),
-    (["-i", "{dir}/none.txt"], "argument --input/-i: {dir}/none.txt: no such file"),
-    (["-i", "{dir}/in.txt", "-o", "{dir}"], "argument --output/-o: {dir} is a directory"),
-    (["-i", "{dir}/in.txt", "-o", "{dir}/no/out.txt"], "its folder {dir}/no does not exist"),
-    (["-i", "{dir}/in.txt", "-o", "{dir}/in.txt/out.txt"], "its folder {dir}/in.txt is a file, not a folder"),
-])
+@pytest.mark.parametrize(
+    "where, expected",
+    [
+        (["-i", "{dir}"], "argument --input/-i: {dir} is a directory, not a text file"),
+        (["-i", "{dir}/none.txt"], "argument --input/-i: {dir}/none.txt: no such file"),
+        (["-i", "{dir}/in.txt", "-o", "{dir}"], "argument --output/-o: {dir} is a directory"),
+        (["-i", "{dir}/in.txt", "-o", "{dir}/no/out.txt"], "its folder {dir}/no does not exist"),
+        (["-i", "{dir}/in.txt", "-o", "{dir}/in.txt/out.txt"], "its folder {dir}/in.txt is a file, not a folder"),
+    ],
+)
 def test_translate_files_are_checked_before_the_model_loads(work, capsys, where, expected):
     # --model names no model: the file checks come first, before any loading or translating
     argv = ["translate", "--model", str(work / "no-model"), *(w.format(dir=work) for w in where)]
@@ -176,8 +194,19 @@ def test_translate_into_a_closed_pipe_ends_quietly(work):
     """`aiayn translate ... | head -1`: the reader is gone; exit 141 (128 + SIGPIPE), nothing on stderr."""
     (work / "in.txt").write_text("A man.\n" * 50)
     code = "import sys; from aiayn.cli import main; sys.exit(main(sys.argv[1:]))"
-    argv = [sys.executable, "-c", code, "translate", "--model", str(work / "model"), "-i", str(work / "in.txt"),
-            "--max-len", "2", "-q"]
+    argv = [
+        sys.executable,
+        "-c",
+        code,
+        "translate",
+        "--model",
+        str(work / "model"),
+        "-i",
+        str(work / "in.txt"),
+        "--max-len",
+        "2",
+        "-q",
+    ]
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     proc.stdout.close()  # before the first write: Python takes a second just to import torch
     err = proc.stderr.read().decode()
@@ -186,13 +215,16 @@ def test_translate_into_a_closed_pipe_ends_quietly(work):
 
 # -- train -------------------------------------------------------------------------------------------------------
 
+
 @pytest.fixture
 def corpus(tmp_path) -> Path:
     """tmp_path/c.en and c.de: 40 Multi30k pairs; and a recipe that reads them."""
     for lang in ("en", "de"):
         (tmp_path / f"c.{lang}").write_text("\n".join(multi30k_lines(lang, 40)) + "\n")
-    (tmp_path / "r.yaml").write_text(f"data:\n  train: {tmp_path}/c\n  valid: {tmp_path}/c\n  vocab_size: 150\n"
-                                     "model:\n  preset: tiny\ntrain:\n  max_steps: 1\n  threads: 1\n")
+    (tmp_path / "r.yaml").write_text(
+        f"data:\n  train: {tmp_path}/c\n  valid: {tmp_path}/c\n  vocab_size: 150\n"
+        "model:\n  preset: tiny\ntrain:\n  max_steps: 1\n  threads: 1\n"
+    )
     return tmp_path
 
 
@@ -206,15 +238,18 @@ def test_recipe_with_a_yaml_syntax_error(corpus, capsys):
     assert not (corpus / "run").exists()
 
 
-@pytest.mark.parametrize("overrides, expected", [
-    (["--train.seed=["], "override '--train.seed=[': not a valid YAML value"),
-    (["--train.batch_tokens=0"], "train.batch_tokens = 0: must be at least 1"),
-    (["--train.beta2=1"], "train.beta2 = 1.0: must be at least 0 and below 1"),
-    (["--data.train=[a, b]"], "override '--data.train=[a, b]': expected str"),
-    (["--model.d_model=30"], "model: d_model 30 is not divisible by n_heads 4"),
-    (["--model.p_drop=-0.1"], "model: p_drop = -0.1: must be at least 0"),
-    (["--data.max_subwords=2000"], "data.max_subwords 2000 is more than model.max_len 1024"),
-])
+@pytest.mark.parametrize(
+    "overrides, expected",
+    [
+        (["--train.seed=["], "override '--train.seed=[': not a valid YAML value"),
+        (["--train.batch_tokens=0"], "train.batch_tokens = 0: must be at least 1"),
+        (["--train.beta2=1"], "train.beta2 = 1.0: must be at least 0 and below 1"),
+        (["--data.train=[a, b]"], "override '--data.train=[a, b]': expected str"),
+        (["--model.d_model=30"], "model: d_model 30 is not divisible by n_heads 4"),
+        (["--model.p_drop=-0.1"], "model: p_drop = -0.1: must be at least 0"),
+        (["--data.max_subwords=2000"], "data.max_subwords 2000 is more than model.max_len 1024"),
+    ],
+)
 def test_recipe_values_out_of_range(corpus, capsys, overrides, expected):
     train_fails(corpus, capsys, overrides, expected)
     assert not (corpus / "run").exists()
@@ -232,20 +267,35 @@ def test_missing_test_split_is_found_before_training(corpus, capsys):
 
 
 def test_every_pair_filtered_out(corpus, capsys):
-    fails(["train", str(corpus / "r.yaml"), "--out", str(corpus / "run"), "--data.max_subwords=2"], capsys,
-          corpus, "no sentence pair is left after filtering (data.max_subwords is 2)", "dropped 40", ignore="run")
+    fails(
+        ["train", str(corpus / "r.yaml"), "--out", str(corpus / "run"), "--data.max_subwords=2"],
+        capsys,
+        corpus,
+        "no sentence pair is left after filtering (data.max_subwords is 2)",
+        "dropped 40",
+        ignore="run",
+    )
 
 
 def test_vocabulary_larger_than_the_text_allows(corpus, capsys):
-    fails(["train", str(corpus / "r.yaml"), "--out", str(corpus / "run"), "--data.vocab_size=20000"], capsys,
-          corpus, "data.vocab_size 20,000 is more than the training text allows", ignore="run")
+    fails(
+        ["train", str(corpus / "r.yaml"), "--out", str(corpus / "run"), "--data.vocab_size=20000"],
+        capsys,
+        corpus,
+        "data.vocab_size 20,000 is more than the training text allows",
+        ignore="run",
+    )
 
 
 @pytest.mark.parametrize("out", ["c.en", "c.en/run"])
 def test_out_is_a_file_or_under_one(corpus, capsys, out):
     where = "it" if out == "c.en" else corpus / "c.en"
-    fails(["train", str(corpus / "r.yaml"), "--out", str(corpus / out)], capsys, corpus,
-          f"--out {corpus / out}: {where} is a file, not a folder")
+    fails(
+        ["train", str(corpus / "r.yaml"), "--out", str(corpus / out)],
+        capsys,
+        corpus,
+        f"--out {corpus / out}: {where} is a file, not a folder",
+    )
 
 
 def test_train_recipe_help_prints_the_help(corpus, capsys):
@@ -256,8 +306,11 @@ def test_train_recipe_help_prints_the_help(corpus, capsys):
 
 # -- evaluate, convert ---------------------------------------------------------------------------------------------
 
+
 def test_recipe_giving_a_key_twice(corpus, capsys):
-    (corpus / "r.yaml").write_text((corpus / "r.yaml").read_text() + "  max_steps: 5\n")  # YAML keeps the last, silently
+    (corpus / "r.yaml").write_text(
+        (corpus / "r.yaml").read_text() + "  max_steps: 5\n"
+    )  # YAML keeps the last, silently
     train_fails(corpus, capsys, [], f"{corpus / 'r.yaml'}:", "'max_steps' is given twice")
     assert not (corpus / "run").exists()
 
@@ -265,44 +318,72 @@ def test_recipe_giving_a_key_twice(corpus, capsys):
 def test_a_recipe_that_is_a_folder_or_empty(corpus, capsys):
     from aiayn.recipe import read_yaml
 
-    fails(["train", str(corpus), "--out", str(corpus / "run")], capsys, corpus, f"{corpus}: a folder, not a recipe file")
+    fails(
+        ["train", str(corpus), "--out", str(corpus / "run")], capsys, corpus, f"{corpus}: a folder, not a recipe file"
+    )
     (corpus / "empty.yaml").write_text("# nothing yet\n")
-    fails(["train", str(corpus / "empty.yaml"), "--out", str(corpus / "run")], capsys, corpus,
-          "data.train is not set: give it in the recipe (recipes/*.yaml) or as --data.train=PREFIX")
-    (corpus / "merged.yaml").write_text((corpus / "r.yaml").read_text().replace("train:\n", "base: &b\n  max_steps: 3\n"
-                                        "train:\n  <<: *b\n", 1).replace("data:", "data:", 1))
+    fails(
+        ["train", str(corpus / "empty.yaml"), "--out", str(corpus / "run")],
+        capsys,
+        corpus,
+        "data.train is not set: give it in the recipe (recipes/*.yaml) or as --data.train=PREFIX",
+    )
+    (corpus / "merged.yaml").write_text(
+        (corpus / "r.yaml")
+        .read_text()
+        .replace("train:\n", "base: &b\n  max_steps: 3\ntrain:\n  <<: *b\n", 1)
+        .replace("data:", "data:", 1)
+    )
     assert read_yaml(corpus / "merged.yaml")["train"]["max_steps"] == 1  # YAML's merge key, overridden: not a repeat
 
 
 def test_evaluate_flags_that_would_be_ignored(work, capsys):
     text = str(work / "in.txt")
-    fails(["evaluate", "--hyp", text, "--ref", text, "--model", str(work / "model"), "--src", text], capsys, work,
-          "give --hyp (translations to score) or --model with --src")
-    fails(["evaluate", "--hyp", text, "--ref", text, "--save-hyp", str(work / "h.txt")], capsys, work,
-          "--save-hyp saves the translations of --model")
+    fails(
+        ["evaluate", "--hyp", text, "--ref", text, "--model", str(work / "model"), "--src", text],
+        capsys,
+        work,
+        "give --hyp (translations to score) or --model with --src",
+    )
+    fails(
+        ["evaluate", "--hyp", text, "--ref", text, "--save-hyp", str(work / "h.txt")],
+        capsys,
+        work,
+        "--save-hyp saves the translations of --model",
+    )
 
 
 def test_evaluate_empty_files(tmp_path, capsys):
     (tmp_path / "hyp").write_text("")
     (tmp_path / "ref").write_text("")
-    fails(["evaluate", "--hyp", str(tmp_path / "hyp"), "--ref", str(tmp_path / "ref")], capsys, tmp_path,
-          f"{tmp_path / 'ref'}: empty file")
+    fails(
+        ["evaluate", "--hyp", str(tmp_path / "hyp"), "--ref", str(tmp_path / "ref")],
+        capsys,
+        tmp_path,
+        f"{tmp_path / 'ref'}: empty file",
+    )
 
 
 def test_evaluate_save_hyp_into_a_directory_is_refused_before_translating(work, capsys):
     src = str(work / "in.txt")
-    fails(["evaluate", "--model", str(work / "no-model"), "--src", src, "--ref", src, "--save-hyp", str(work)],
-          capsys, work, f"argument --save-hyp: {work} is a directory")
+    fails(
+        ["evaluate", "--model", str(work / "no-model"), "--src", src, "--ref", src, "--save-hyp", str(work)],
+        capsys,
+        work,
+        f"argument --save-hyp: {work} is a directory",
+    )
 
 
 @pytest.mark.parametrize("out", ["in.txt", "in.txt/hf"])
 def test_convert_into_a_file(work, capsys, out):
-    err = fails(["convert", str(work / "model"), str(work / out), "--to", "marian"], capsys, work,
-                "is a file, not a folder")
+    err = fails(
+        ["convert", str(work / "model"), str(work / out), "--to", "marian"], capsys, work, "is a file, not a folder"
+    )
     assert err.endswith(f"output {work / out}: {'it' if out == 'in.txt' else work / 'in.txt'} is a file, not a folder")
 
 
 # -- the Python API and the top-level handler ----------------------------------------------------------------------
+
 
 def test_translator_is_importable_from_the_package():
     from aiayn import ModelConfig as config, Transformer as model, Translator
@@ -326,10 +407,13 @@ def test_the_api_refuses_what_the_cli_refuses(model_dir):
         Translator(translator.model, translator.tokenizer, batch_size=0)
 
 
-@pytest.mark.parametrize("error, expected", [
-    (PermissionError(13, "Permission denied", "/x/y"), "aiayn info: error: /x/y: Permission denied"),
-    (IsADirectoryError(21, "Is a directory", "/x"), "aiayn info: error: /x: Is a directory"),
-])
+@pytest.mark.parametrize(
+    "error, expected",
+    [
+        (PermissionError(13, "Permission denied", "/x/y"), "aiayn info: error: /x/y: Permission denied"),
+        (IsADirectoryError(21, "Is a directory", "/x"), "aiayn info: error: /x: Is a directory"),
+    ],
+)
 def test_expected_errors_are_one_line(monkeypatch, capsys, error, expected):
     import aiayn.cli.info
 
@@ -363,22 +447,30 @@ def test_a_byte_order_mark_is_not_text(tmp_path, capsys):
 
 def test_sizes_no_machine_could_hold_are_refused_by_name(work, capsys):
     """A mistyped size once asked the allocator for 256 GB (max_len) or 17 GB (d_model) and ended in a traceback."""
-    for field, value, expected in [("max_len", 1_000_000_000, "max_len = 1000000000: must be at least 1 and at most 1048576"),
-                                   ("vocab_size", 2_000_000_000, "vocab_size = 2000000000: must be at least 1 and at most")]:
+    for field, value, expected in [
+        ("max_len", 1_000_000_000, "max_len = 1000000000: must be at least 1 and at most 1048576"),
+        ("vocab_size", 2_000_000_000, "vocab_size = 2000000000: must be at least 1 and at most"),
+    ]:
         model = work / f"big-{field}"
         shutil.copytree(work / "model", model)
         meta = json.loads((model / "config.json").read_text())
         meta["model"][field] = value
         (model / "config.json").write_text(json.dumps(meta))
-        fails(["translate", "--model", str(model), "-i", str(work / "in.txt")], capsys, work, expected,
-              ignore=model.name)
+        fails(
+            ["translate", "--model", str(model), "-i", str(work / "in.txt")], capsys, work, expected, ignore=model.name
+        )
     model = work / "wide"
     shutil.copytree(work / "model", model)
     meta = json.loads((model / "config.json").read_text())
     meta["model"].update(d_model=65536, d_k=None, d_v=None)
     (model / "config.json").write_text(json.dumps(meta))
-    fails(["translate", "--model", str(model), "-i", str(work / "in.txt")], capsys, work, str(model / "model.safetensors"),
-          ignore=model.name)  # the weights' shapes, named, before any matrix of that width is made
+    fails(
+        ["translate", "--model", str(model), "-i", str(work / "in.txt")],
+        capsys,
+        work,
+        str(model / "model.safetensors"),
+        ignore=model.name,
+    )  # the weights' shapes, named, before any matrix of that width is made
 
 
 def numeric_options() -> list[tuple[str, str, object]]:

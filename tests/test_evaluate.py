@@ -46,8 +46,25 @@ def files(tmp_path_factory, data_dir):  # noqa: F811
 def test_bleu_and_chrf_equal_sacrebleus_command(files, capsys):
     ref, hyp = files / "ref.de", files / "hyp.de"
     done = subprocess.run(
-        [sys.executable, "-m", "sacrebleu", str(ref), "-i", str(hyp), "-m", "bleu", "chrf", "-w", "4", "--format", "json"],
-        capture_output=True, text=True, check=True, timeout=120,
+        [
+            sys.executable,
+            "-m",
+            "sacrebleu",
+            str(ref),
+            "-i",
+            str(hyp),
+            "-m",
+            "bleu",
+            "chrf",
+            "-w",
+            "4",
+            "--format",
+            "json",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
     )
     theirs = json.loads(done.stdout)
     assert main(["evaluate", "--ref", str(ref), "--hyp", str(hyp), "--json"]) == 0
@@ -74,7 +91,6 @@ def test_tokenised_bleu_by_hand():
     assert evaluate.sacre_bleu(["Ein rot-weißes Hemd."], ["Ein rot-weißes Kleid."]).score < score
 
 
-
 def test_evaluate_reads_gzip_files_as_the_shared_data_holds_them(files, tmp_path, capsys):
     import gzip
 
@@ -87,6 +103,7 @@ def test_evaluate_reads_gzip_files_as_the_shared_data_holds_them(files, tmp_path
     (tmp_path / "cut.gz").write_bytes(gzip.compress((files / "hyp.de").read_bytes())[:-12])
     assert main(["evaluate", "--ref", str(files / "ref.de"), "--hyp", str(tmp_path / "cut.gz")]) == 2
     assert f"{tmp_path / 'cut.gz'}: not a valid gzip file" in capsys.readouterr().err
+
 
 def test_perplexity_and_evaluate_with_a_model(tmp_path, files, data_dir, capsys):  # noqa: F811
     model_dir = build_tiny_model_dir(tmp_path / "model", data_dir)
@@ -138,8 +155,10 @@ def test_french_hyphens_stay_whole_german_compounds_split():
 
 
 def test_unicode_punctuation_as_moses_replaces_it():
-    assert evaluate.replace_unicode_punctuation("“Ja”， sagte er… （gut）！ ５０％ l’homme。 Fin") == \
-        '"Ja", sagte er... (gut)! 50% l\'homme. Fin'
+    assert (
+        evaluate.replace_unicode_punctuation("“Ja”， sagte er… （gut）！ ５０％ l’homme。 Fin")
+        == '"Ja", sagte er... (gut)! 50% l\'homme. Fin'
+    )
     assert evaluate.replace_unicode_punctuation("„Ja“ «oui» – gut") == '„Ja" «oui» – gut'  # what the script leaves
 
 
@@ -159,8 +178,18 @@ def test_lang_comes_from_the_model_unless_given(tmp_path, data_dir, capsys):  # 
     ref = read_gz(data_dir / "multi30k" / "val.fr.gz", 4)
     (tmp_path / "src.en").write_text("\n".join(src) + "\n", encoding="utf-8")
     (tmp_path / "ref.fr").write_text("\n".join(ref) + "\n", encoding="utf-8")
-    argv = ["evaluate", "--model", str(model_dir), "--src", str(tmp_path / "src.en"), "--ref", str(tmp_path / "ref.fr"),
-            "--json", "--beam-size", "1"]
+    argv = [
+        "evaluate",
+        "--model",
+        str(model_dir),
+        "--src",
+        str(tmp_path / "src.en"),
+        "--ref",
+        str(tmp_path / "ref.fr"),
+        "--json",
+        "--beam-size",
+        "1",
+    ]
 
     def signature(*extra: str) -> str:
         assert main([*argv, *extra]) == 0

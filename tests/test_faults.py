@@ -18,14 +18,30 @@ from aiayn import faults
 
 REPO = Path(__file__).resolve().parents[1]
 VAL = REPO.parent / "shared" / "data" / "multi30k" / "val"
-PRELOAD = ["aiayn.cli", "aiayn.cli.train", "aiayn.train.loop", "torch.utils.tensorboard", "torch._dynamo"]  # Adam imports dynamo
+PRELOAD = [
+    "aiayn.cli",
+    "aiayn.cli.train",
+    "aiayn.train.loop",
+    "torch.utils.tensorboard",
+    "torch._dynamo",
+]  # Adam imports dynamo
 
 
 def command(out: Path, *extra: str) -> list[str]:
     """6 steps, a checkpoint every 2 (the oldest pruned at step 6), the last 2 averaged; dropout on (tiny: 0.1)."""
-    return ["train", str(REPO / "recipes" / "tiny.yaml"), "--out", str(out), f"--data.train={VAL}",
-            f"--data.valid={VAL}", "--train.max_steps=6", "--train.save_every=2", "--train.keep_checkpoints=2",
-            "--train.average_last=2", *extra]
+    return [
+        "train",
+        str(REPO / "recipes" / "tiny.yaml"),
+        "--out",
+        str(out),
+        f"--data.train={VAL}",
+        f"--data.valid={VAL}",
+        "--train.max_steps=6",
+        "--train.save_every=2",
+        "--train.keep_checkpoints=2",
+        "--train.average_last=2",
+        *extra,
+    ]
 
 
 @pytest.fixture(scope="module")

@@ -36,18 +36,26 @@ def test_sweep_removes_only_temporaries_of_its_own_pattern_whose_writer_ended(tm
 
     from aiayn.files import HOST, sweep_temporaries
 
-    ended = int(subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
-                               text=True).stdout)
+    ended = int(
+        subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True).stdout
+    )
     (tmp_path / "data").mkdir()
     left = tmp_path / f".spm.model.{HOST}-{ended}.abcd_123.aiayn.tmp"  # as a kill -9 mid-write leaves it
     deeper = tmp_path / "data" / f".train.safetensors.{HOST}-{ended}.x1y2z3w4.aiayn.tmp"
     live = temporary_beside(tmp_path / "test.hyp")  # this process is still writing it
-    mine = [tmp_path / "notes.tmp", tmp_path / ".notes.tmp", tmp_path / "results.json.tmp", tmp_path / ".notes.abcdefgh.tmp"]
+    mine = [
+        tmp_path / "notes.tmp",
+        tmp_path / ".notes.tmp",
+        tmp_path / "results.json.tmp",
+        tmp_path / ".notes.abcdefgh.tmp",
+    ]
     for path in [left, deeper, *mine]:
         path.write_text("the user's" if path in mine else "half")
     assert live.name.startswith(f".test.hyp.{HOST}-{os.getpid()}.") and live.name.endswith(".aiayn.tmp")
     elsewhere = tmp_path / f".notes.other_host-{ended}.abcdefgh.aiayn.tmp"  # a writer on another machine
     elsewhere.write_text("theirs")
     assert sweep_temporaries(tmp_path) == sorted([left, deeper])
-    assert all(p.read_text() == "the user's" for p in mine) and not left.exists() and not deeper.exists() and live.exists()
+    assert (
+        all(p.read_text() == "the user's" for p in mine) and not left.exists() and not deeper.exists() and live.exists()
+    )
     assert elsewhere.read_text() == "theirs"

@@ -57,7 +57,10 @@ def test_the_layer_takes_few_rows_and_leaves_the_rest_to_onednn(monkeypatch):
     with torch.inference_mode():
         torch.testing.assert_close(gemv.GemvLinear(unbiased)(x), unbiased(x), atol=1e-5, rtol=1e-5)
     assert calls[-1] == (3, 64)
-    with pytest.raises(RuntimeError), torch.inference_mode():  # a width that is not the layer's: an error, not a read past W
+    with (
+        pytest.raises(RuntimeError),
+        torch.inference_mode(),
+    ):  # a width that is not the layer's: an error, not a read past W
         layer(torch.randn(2, 128))
 
 
@@ -91,8 +94,9 @@ def test_the_measure_offers_it_at_few_rows_and_pick_takes_it_where_faster():
 
 
 def run(code: str, env: dict[str, str]) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
-                          env={**os.environ, **env})
+    return subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env={**os.environ, **env}
+    )
 
 
 @pytest.mark.parametrize("V", [1, 7, 129, 1000, 58101])
@@ -113,7 +117,9 @@ def test_greedys_pick_is_torch_max_first_among_equals_and_nan_the_largest(V):
     from aiayn.decode import greedy
 
     assert torch.equal(greedy.argmax(x)[1], column)
-    assert gemv.argmax(x.double()) is None and (V == 1 or gemv.argmax(x[:, ::2]) is None)  # not contiguous float32: topk's
+    assert gemv.argmax(x.double()) is None and (
+        V == 1 or gemv.argmax(x[:, ::2]) is None
+    )  # not contiguous float32: topk's
     assert gemv.argmax(x[:, :0]) is None and gemv.argmax(x.clone().requires_grad_()) is None
 
 
@@ -153,7 +159,9 @@ def test_greedy_search_with_the_c_pick_gives_topks_hypotheses(monkeypatch):
     calls = []
     monkeypatch.setattr(gemv, "argmax", lambda x: calls.append(1))  # None: topk
     with_topk = greedy_hypotheses(model, src)
-    assert calls and [[(h.tokens, h.log_prob) for h in hs] for hs in with_c] == [[(h.tokens, h.log_prob) for h in hs] for hs in with_topk]
+    assert calls and [[(h.tokens, h.log_prob) for h in hs] for hs in with_c] == [
+        [(h.tokens, h.log_prob) for h in hs] for hs in with_topk
+    ]
 
 
 def test_it_is_built_once_into_a_private_folder(tmp_path):

@@ -87,7 +87,6 @@ def test_table2_costs_are_time_gpus_rate():
 # --- items 2-4: recurrence, recurrent against attention layers, Table 1 --------------------------------
 
 
-
 def test_recurrence_trace_matches_the_explanation():
     trace = recurrence.scalar_trace()
     assert [f"{h:.4f}" for h in trace] == ["0.7616", "0.3634", "0.1797", "0.0896", "0.0448", "0.0224"]
@@ -107,12 +106,15 @@ def test_changing_word_3_moves_only_later_recurrent_states():
     assert (move["attention"] > 0).all()
 
 
-@pytest.mark.parametrize("kind, k, expected", [
-    ("recurrent", 3, [2, 10, 50, 200]),
-    ("convolutional", 3, [1, 5, 25, 100]),  # ceil(d / (k - 1))
-    ("dilated", 2, [2, 4, 6, 8]),  # ceil(log2(d + 1))
-    ("self-attention", 3, [1, 1, 1, 1]),
-])
+@pytest.mark.parametrize(
+    "kind, k, expected",
+    [
+        ("recurrent", 3, [2, 10, 50, 200]),
+        ("convolutional", 3, [1, 5, 25, 100]),  # ceil(d / (k - 1))
+        ("dilated", 2, [2, 4, 6, 8]),  # ceil(log2(d + 1))
+        ("self-attention", 3, [1, 1, 1, 1]),
+    ],
+)
 def test_measured_path_lengths_equal_the_exact_counts(kind, k, expected):
     assert [paths.path_length(kind, d, k=k) for d in (2, 10, 50, 200)] == expected
     assert [paths.exact_path_length(kind, d, k=k) for d in (2, 10, 50, 200)] == expected
@@ -137,7 +139,6 @@ def test_sequential_operations_and_layer_flops():
 
 
 # --- items 8 and 12 on a tiny model ----------------------------------------------------------------------
-
 
 
 @pytest.fixture
@@ -194,8 +195,9 @@ def test_small_claims_on_a_tiny_model(tiny_model):
                 p.copy_(s)
     eq = details.permutation_equivariance(tiny_model, src)
     assert eq["without_positions"] < 1e-5 < 1e-3 < eq["with_positions"]
-    torch.testing.assert_close(tiny_model.encoder.positions.table[:3, :4].double(),
-                               torch.from_numpy(positions.encoding(3, 64)[:, :4]))  # the table is restored
+    torch.testing.assert_close(
+        tiny_model.encoder.positions.table[:3, :4].double(), torch.from_numpy(positions.encoding(3, 64)[:, :4])
+    )  # the table is restored
 
 
 def test_learning_rate_peak_is_eq3():
@@ -212,6 +214,7 @@ def test_additive_scores_formula():
 
 
 # --- items 6, 9, 10 --------------------------------------------------------------------------------------
+
 
 class PieceTokenizer:
     """Whitespace words as pieces, ids from a fixed list (enough for the attention functions)."""
@@ -276,14 +279,21 @@ def test_table3_small_changes_keep_the_papers_directions():
     assert table3.small_changes("d_k=16", base) == {"d_k": 16}
     assert [table3.small_changes(f"N={n}", base)["n_layers"] for n in (2, 4, 8)] == [1, 2, 4]
     assert table3.small_changes("d_model=1024", base) == {"d_model": 512}
-    assert table3.overrides({"label_smoothing": 0.0, "p_drop": 0.2}) == ["--train.label_smoothing=0.0", "--model.p_drop=0.2"]
+    assert table3.overrides({"label_smoothing": 0.0, "p_drop": 0.2}) == [
+        "--train.label_smoothing=0.0",
+        "--model.p_drop=0.2",
+    ]
     lab = ModelConfig.preset("tiny", d_model=128, d_ff=512)  # the lab's 2+2-layer base: N=2 and N=4 are both N=1
     logged = []
     kept = table3.row_changes(["N=2", "N=4", "N=8", "P_drop=0.0"], lab, logged.append)
     assert kept == {"base": {}, "N=2": {"n_layers": 1}, "N=8": {"n_layers": 3}, "P_drop=0.0": {"p_drop": 0.0}}
     assert logged == ["== N=4: skipped, the same model as row N=2 at this base (--model.n_layers=1)"]
     assert [table3.agreement(a, b) for a, b in ((1, 1), (-1, 1), (0, 1), (1, 0))] == [
-        "same", "opposite", "no change here", "paper: no change"]
+        "same",
+        "opposite",
+        "no change here",
+        "paper: no change",
+    ]
 
 
 def test_table3_rows_run_in_parallel_and_a_rerun_reads_them_back(tmp_path, monkeypatch, data_dir):
@@ -300,20 +310,28 @@ def test_table3_rows_run_in_parallel_and_a_rerun_reads_them_back(tmp_path, monke
     assert [r["label"] for r in rows] == ["base", "P_drop=0.0"]
     assert rows[0]["jobs"] == 2 and rows[0]["threads"] == max(1, (os.cpu_count() or 1) // 2)  # cores / jobs
     kept = json.loads((tmp_path / "P_drop-0.0" / "row.json").read_text())
-    assert kept["key"]["changes"] == {"p_drop": 0.0} and kept["measured"] == {k: rows[1][k] for k in ("ppl", "bleu", "steps")}
+    assert kept["key"]["changes"] == {"p_drop": 0.0} and kept["measured"] == {
+        k: rows[1][k] for k in ("ppl", "bleu", "steps")
+    }
     assert all(r["steps"] > 0 and r["ppl"] > 1 for r in rows)
 
     def no_training(*args, **kwargs):
         raise AssertionError("a row measured before was trained again")
 
     monkeypatch.setattr("aiayn.train.loop.train", no_training)
-    again = table3.run_table3(tmp_path, 0.02, ["P_drop=0.0"], bleu_sentences=4, threads=rows[0]["threads"], jobs=1, log=lambda _: None)
+    again = table3.run_table3(
+        tmp_path, 0.02, ["P_drop=0.0"], bleu_sentences=4, threads=rows[0]["threads"], jobs=1, log=lambda _: None
+    )
     assert [(r["ppl"], r["bleu"]) for r in again] == [(r["ppl"], r["bleu"]) for r in rows]
     with pytest.raises(ValueError, match="other settings"):
-        table3.run_table3(tmp_path, 0.05, ["P_drop=0.0"], bleu_sentences=4, threads=rows[0]["threads"], log=lambda _: None)
+        table3.run_table3(
+            tmp_path, 0.05, ["P_drop=0.0"], bleu_sentences=4, threads=rows[0]["threads"], log=lambda _: None
+        )
     monkeypatch.setattr("aiayn.train.loop.train", lambda *a, **k: {"minutes": 0.001, "steps": 2})  # stopped by Ctrl-C
     with pytest.raises(KeyboardInterrupt, match="the same command resumes it"):
-        table3.run_table3(tmp_path, 0.02, ["eps_ls=0.2"], bleu_sentences=4, threads=rows[0]["threads"], log=lambda _: None)
+        table3.run_table3(
+            tmp_path, 0.02, ["eps_ls=0.2"], bleu_sentences=4, threads=rows[0]["threads"], log=lambda _: None
+        )
     assert not (tmp_path / "eps_ls-0.2" / "row.json").exists()  # not recorded as measured
     text = table3.table_markdown(rows, 0.02)
     assert "| P_drop=0.0 |" in text and f"{rows[0]['threads']} thread(s) a row, 2 rows at a time" in text

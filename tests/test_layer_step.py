@@ -16,11 +16,18 @@ from aiayn.decode.step import TransformerStep
 from aiayn.model.attention import ConcatCache
 
 # Every backend this host can run: aiayn's own product needs a C compiler, the rest PyTorch with oneDNN.
-BACKENDS = ["mkl"] + [name for name in backend.BACKENDS if name != "mkl" and backend.onednn_available()
-                      and (not backend.uses_gemv(name) or shutil.which(os.environ.get("CC") or "cc"))]
+BACKENDS = ["mkl"] + [
+    name
+    for name in backend.BACKENDS
+    if name != "mkl"
+    and backend.onednn_available()
+    and (not backend.uses_gemv(name) or shutil.which(os.environ.get("CC") or "cc"))
+]
 
 
-def steps_both_ways(model: Transformer, src: torch.Tensor, tokens: torch.Tensor, hypotheses: int) -> tuple[torch.Tensor, torch.Tensor]:
+def steps_both_ways(
+    model: Transformer, src: torch.Tensor, tokens: torch.Tensor, hypotheses: int
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Logits (steps, N, V) of tokens (N, steps) fed one at a time, by model.decode_step and by layer_step.decode_step;
     N = B x hypotheses rows, each sentence's hypotheses reading its one copy of the encoder's keys and values."""
     with torch.inference_mode():
@@ -118,7 +125,9 @@ def test_the_activation_runs_in_place_only_on_a_product_of_its_own(gemm, monkeyp
         for_decoding(model, gemm)
     in_place = []
     swish = model.decoder.layers[0].ffn.activation
-    monkeypatch.setitem(layer_step.IN_PLACE, swish, lambda x: in_place.append(x) or torch.nn.functional.silu(x, inplace=True))
+    monkeypatch.setitem(
+        layer_step.IN_PLACE, swish, lambda x: in_place.append(x) or torch.nn.functional.silu(x, inplace=True)
+    )
 
     class Keeping(torch.nn.Module):  # keeps what it returns
         def __init__(self, linear):

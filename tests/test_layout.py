@@ -52,7 +52,7 @@ def test_read_safetensors_errors_name_the_file_and_tensor(tmp_path):
     (tmp_path / "junk.safetensors").write_bytes(b"\x05\x00\x00\x00\x00\x00\x00\x00{junk")
     with pytest.raises(ValueError, match=r"junk\.safetensors: not a safetensors file"):
         read_safetensors(tmp_path / "junk.safetensors")
-    (tmp_path / "odd.safetensors").write_bytes(b"\x0d\x00\x00\x00\x00\x00\x00\x00{\"a\": [1, 2]}")
+    (tmp_path / "odd.safetensors").write_bytes(b'\x0d\x00\x00\x00\x00\x00\x00\x00{"a": [1, 2]}')
     with pytest.raises(ValueError, match=r"odd\.safetensors: not a safetensors file \(entry 'a'"):
         read_safetensors(tmp_path / "odd.safetensors")
 
@@ -133,9 +133,11 @@ def test_for_decoding_keeps_a_real_logits_bias():
 def test_a_skeleton_model_imports_no_compiler():
     """A model built on the meta device to receive saved weights (every load) runs no initialiser:
     on meta tensors those import torch._dynamo and sympy, about 70 MiB more for a translator."""
-    code = ("import sys, torch\nfrom aiayn import ModelConfig, Transformer\n"
-            "with torch.device('meta'):\n    Transformer(ModelConfig.preset('tiny', vocab_size=50))\n"
-            "print(sorted(m for m in ('torch._dynamo', 'sympy') if m in sys.modules))")
+    code = (
+        "import sys, torch\nfrom aiayn import ModelConfig, Transformer\n"
+        "with torch.device('meta'):\n    Transformer(ModelConfig.preset('tiny', vocab_size=50))\n"
+        "print(sorted(m for m in ('torch._dynamo', 'sympy') if m in sys.modules))"
+    )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]"
 

@@ -44,8 +44,15 @@ def read_lines(name: str, n: int) -> list[str]:
 
 def train_spm(sentences: list[str], size: int) -> bytes:
     out = _io.BytesIO()
-    spm.SentencePieceTrainer.train(sentence_iterator=iter(sentences), model_writer=out, vocab_size=size,
-                                   model_type="unigram", character_coverage=1.0, minloglevel=2, num_threads=2)
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(sentences),
+        model_writer=out,
+        vocab_size=size,
+        model_type="unigram",
+        character_coverage=1.0,
+        minloglevel=2,
+        num_threads=2,
+    )
     return out.getvalue()
 
 
@@ -61,19 +68,35 @@ def marian_vocab(*protos: bytes) -> dict[str, int]:
     return vocab
 
 
-def build_marian(directory: Path, eos_bias: float = EOS_BIAS, seed: int = 1, forced_eos: bool = False,
-                 **sizes) -> Path:
+def build_marian(directory: Path, eos_bias: float = EOS_BIAS, seed: int = 1, forced_eos: bool = False, **sizes) -> Path:
     """A random-weight opus-mt-like checkpoint: en source.spm, de target.spm, joint vocab.json, swish,
     scaled embeddings, 2 encoder + 3 decoder layers; weights drawn wide and </s> favoured by the
     logits bias so that hypotheses end at many different lengths."""
     src_spm, tgt_spm = train_spm(read_lines("train.en.gz", 3000), 300), train_spm(read_lines("train.de.gz", 3000), 300)
     vocab = marian_vocab(src_spm, tgt_spm)
     V = len(vocab)
-    sizes = dict(encoder_layers=2, decoder_layers=3, encoder_attention_heads=4, decoder_attention_heads=4,
-                 encoder_ffn_dim=64, decoder_ffn_dim=64) | sizes
+    sizes = (
+        dict(
+            encoder_layers=2,
+            decoder_layers=3,
+            encoder_attention_heads=4,
+            decoder_attention_heads=4,
+            encoder_ffn_dim=64,
+            decoder_ffn_dim=64,
+        )
+        | sizes
+    )
     config = transformers.MarianConfig(
-        vocab_size=V, d_model=32, max_position_embeddings=128, pad_token_id=V - 1, decoder_start_token_id=V - 1,
-        eos_token_id=0, activation_function="swish", scale_embedding=True, **sizes)
+        vocab_size=V,
+        d_model=32,
+        max_position_embeddings=128,
+        pad_token_id=V - 1,
+        decoder_start_token_id=V - 1,
+        eos_token_id=0,
+        activation_function="swish",
+        scale_embedding=True,
+        **sizes,
+    )
     torch.manual_seed(seed)
     model = transformers.MarianMTModel(config).eval()
     with torch.no_grad():
@@ -86,8 +109,15 @@ def build_marian(directory: Path, eos_bias: float = EOS_BIAS, seed: int = 1, for
         model.final_logits_bias.copy_(bias[None])
     # forced_eos_token_id=None: a hypothesis is cut at the length cap; 0: </s> is forced there (opus-mt's).
     model.generation_config = transformers.GenerationConfig(
-        decoder_start_token_id=V - 1, eos_token_id=0, pad_token_id=V - 1, forced_eos_token_id=0 if forced_eos else None,
-        bad_words_ids=[[V - 1]], num_beams=4, length_penalty=0.6, max_length=MAX_LENGTH)
+        decoder_start_token_id=V - 1,
+        eos_token_id=0,
+        pad_token_id=V - 1,
+        forced_eos_token_id=0 if forced_eos else None,
+        bad_words_ids=[[V - 1]],
+        num_beams=4,
+        length_penalty=0.6,
+        max_length=MAX_LENGTH,
+    )
     model.save_pretrained(directory)
     (directory / "source.spm").write_bytes(src_spm)
     (directory / "target.spm").write_bytes(tgt_spm)
@@ -124,7 +154,11 @@ def test_marian_checkpoint_runs_in_aiayn_with_transformers_logits(marian_dir, se
     hf = transformers.MarianMTModel.from_pretrained(marian_dir).eval()
     model, tokenizer, decode = load_marian(marian_dir)
     cfg = model.config
-    assert (cfg.pad_id, cfg.bos_id, cfg.eos_id, cfg.sinusoid_layout, cfg.activation) == (cfg.vocab_size - 1,) * 2 + (0, "halves", "swish")
+    assert (cfg.pad_id, cfg.bos_id, cfg.eos_id, cfg.sinusoid_layout, cfg.activation) == (cfg.vocab_size - 1,) * 2 + (
+        0,
+        "halves",
+        "swish",
+    )
     assert (cfg.n_layers, cfg.decoder_layers) == (2, 3)
     assert (decode.beam_size, decode.alpha, decode.length_penalty, decode.max_len) == (4, 0.6, "power", MAX_LENGTH - 1)
     # HF's [sin | cos] table is aiayn's "halves" sinusoid table, to the bit
@@ -151,8 +185,13 @@ def test_greedy_and_beam_translations_equal_generate(marian_dir, sentences):
     with torch.no_grad():
         hf_greedy = generated(hf.generate(**batch, num_beams=1, do_sample=False), eos, pad)
         hf_beam = generated(hf.generate(**batch), eos, pad)  # generation_config: beam 4, length_penalty 0.6
-    ours_greedy = generated(torch.cat([torch.zeros_like(batch.input_ids[:, :1]),
-                                       greedy_search(model, batch.input_ids, max_len=decode.max_len)], 1), eos, pad)
+    ours_greedy = generated(
+        torch.cat(
+            [torch.zeros_like(batch.input_ids[:, :1]), greedy_search(model, batch.input_ids, max_len=decode.max_len)], 1
+        ),
+        eos,
+        pad,
+    )
     ours_beam = [hyps[0].tokens for hyps in beam_search(model, batch.input_ids, decode)]
     assert ours_greedy == hf_greedy
     assert ours_beam == hf_beam
@@ -171,8 +210,13 @@ def test_encoder_and_decoder_of_different_widths_and_head_counts_equal_generate(
     from aiayn.decode.beam import beam_search
     from aiayn.decode.translate import Translator
 
-    d = build_marian(tmp_path / "stacks", encoder_ffn_dim=48, decoder_ffn_dim=96, encoder_attention_heads=2,
-                     decoder_attention_heads=8)
+    d = build_marian(
+        tmp_path / "stacks",
+        encoder_ffn_dim=48,
+        decoder_ffn_dim=96,
+        encoder_attention_heads=2,
+        decoder_attention_heads=8,
+    )
     hf = transformers.MarianMTModel.from_pretrained(d).eval()
     model, tokenizer, decode = load_marian(d)
     assert (model.config.encoder.heads, model.config.encoder.d_ff) == (2, 48)
@@ -180,8 +224,10 @@ def test_encoder_and_decoder_of_different_widths_and_head_counts_equal_generate(
     hf_tok, batch = hf_batch(d, sentences)
     eos, pad = model.config.eos_id, model.config.pad_id
     with torch.no_grad():
-        assert (model(batch.input_ids, batch.input_ids[:, :7]) - hf(**batch, decoder_input_ids=batch.input_ids[:, :7]).logits
-                ).abs().max() < 1e-4
+        assert (
+            model(batch.input_ids, batch.input_ids[:, :7])
+            - hf(**batch, decoder_input_ids=batch.input_ids[:, :7]).logits
+        ).abs().max() < 1e-4
         hf_beam = generated(hf.generate(**batch), eos, pad)
     assert [hyps[0].tokens for hyps in beam_search(model, batch.input_ids, decode)] == hf_beam
     texts = hf_tok.batch_decode(hf_beam, skip_special_tokens=True, use_source_tokenizer=False)
@@ -209,11 +255,24 @@ def test_forced_eos_at_the_length_cap_equals_generate(tmp_path, sentences):
 
 
 def test_opus_mt_en_de_shapes_count_74_410_496_parameters():
-    opus_mt_en_de = {"model_type": "marian", "architectures": ["MarianMTModel"], "vocab_size": 58101,
-                     "d_model": 512, "encoder_layers": 6, "decoder_layers": 6, "encoder_attention_heads": 8,
-                     "decoder_attention_heads": 8, "encoder_ffn_dim": 2048, "decoder_ffn_dim": 2048,
-                     "max_position_embeddings": 512, "activation_function": "swish", "scale_embedding": True,
-                     "pad_token_id": 58100, "decoder_start_token_id": 58100, "eos_token_id": 0}
+    opus_mt_en_de = {
+        "model_type": "marian",
+        "architectures": ["MarianMTModel"],
+        "vocab_size": 58101,
+        "d_model": 512,
+        "encoder_layers": 6,
+        "decoder_layers": 6,
+        "encoder_attention_heads": 8,
+        "decoder_attention_heads": 8,
+        "encoder_ffn_dim": 2048,
+        "decoder_ffn_dim": 2048,
+        "max_position_embeddings": 512,
+        "activation_function": "swish",
+        "scale_embedding": True,
+        "pad_token_id": 58100,
+        "decoder_start_token_id": 58100,
+        "eos_token_id": 0,
+    }
     config = model_config_from_marian({**MARIAN_DEFAULTS, **opus_mt_en_de}, unk_id=1)
     model = Transformer(config)
     assert model.num_parameters(count_positions=True) == 74_410_496
@@ -313,29 +372,48 @@ def test_aiayn_to_marian_and_ctranslate2_translate_identically(aiayn_dir, senten
     assert model.config.sinusoid_layout == "interleaved" and model.config.bos_id != model.config.pad_id
     ids = vocab.encode_source(sentences)
     src = torch.tensor([s + [0] * (max(map(len, ids)) - len(s)) for s in ids])
-    ours = [vocab.pieces(h) for h in generated(torch.cat([src[:, :1], greedy_search(model, src, max_len=MAX_LENGTH - 1)], 1),
-                                                model.config.eos_id, model.config.pad_id)]
+    ours = [
+        vocab.pieces(h)
+        for h in generated(
+            torch.cat([src[:, :1], greedy_search(model, src, max_len=MAX_LENGTH - 1)], 1),
+            model.config.eos_id,
+            model.config.pad_id,
+        )
+    ]
     assert len({len(h) for h in ours}) >= 2
     assert cli(["convert", str(aiayn_dir), str(tmp_path / "hf"), "--to", "marian"]) == 0
     hf = transformers.MarianMTModel.from_pretrained(tmp_path / "hf").eval()
     hf_tok, batch = hf_batch(tmp_path / "hf", sentences)
     with torch.no_grad():
         out = hf.generate(**batch, num_beams=1, max_length=MAX_LENGTH)
-    hf_pieces = [hf_tok.convert_ids_to_tokens(h) for h in generated(out, hf.config.eos_token_id, hf.config.pad_token_id)]
+    hf_pieces = [
+        hf_tok.convert_ids_to_tokens(h) for h in generated(out, hf.config.eos_token_id, hf.config.pad_token_id)
+    ]
     assert hf_pieces == ours
     back, tokenizer, _ = load_marian(tmp_path / "hf")  # and back into aiayn: the same again
     assert tokenizer.encode_source(sentences) == hf_tok(sentences).input_ids
-    again = generated(torch.cat([batch.input_ids[:, :1], greedy_search(back, batch.input_ids, max_len=MAX_LENGTH - 1)], 1),
-                      back.config.eos_id, back.config.pad_id)
+    again = generated(
+        torch.cat([batch.input_ids[:, :1], greedy_search(back, batch.input_ids, max_len=MAX_LENGTH - 1)], 1),
+        back.config.eos_id,
+        back.config.pad_id,
+    )
     assert [[tokenizer.id_to_piece[i] for i in h] for h in again] == ours
 
     ctranslate2 = pytest.importorskip("ctranslate2")
     assert cli(["convert", str(aiayn_dir), str(tmp_path / "ct2"), "--to", "ctranslate2"]) == 0
     translator = ctranslate2.Translator(str(tmp_path / "ct2"), device="cpu")
-    results = translator.translate_batch([vocab.pieces(s) for s in ids], beam_size=1, min_decoding_length=0,
-                                         max_decoding_length=MAX_LENGTH - 1, return_end_token=True)
+    results = translator.translate_batch(
+        [vocab.pieces(s) for s in ids],
+        beam_size=1,
+        min_decoding_length=0,
+        max_decoding_length=MAX_LENGTH - 1,
+        return_end_token=True,
+    )
     assert [r.hypotheses[0] for r in results] == ours
-    assert cli(["convert", str(aiayn_dir), str(tmp_path / "ct2-int8"), "--to", "ctranslate2", "--quantization", "int8"]) == 0
+    assert (
+        cli(["convert", str(aiayn_dir), str(tmp_path / "ct2-int8"), "--to", "ctranslate2", "--quantization", "int8"])
+        == 0
+    )
     int8 = ctranslate2.Translator(str(tmp_path / "ct2-int8"), device="cpu")
     assert len(int8.translate_batch([vocab.pieces(s) for s in ids[:2]], max_decoding_length=MAX_LENGTH)) == 2
 
@@ -353,13 +431,17 @@ def test_marian_to_aiayn_directory_and_back(marian_dir, sentences, tmp_path):
     hf = transformers.MarianMTModel.from_pretrained(tmp_path / "marian").eval()
     original = transformers.MarianMTModel.from_pretrained(marian_dir).eval()
     with torch.no_grad():
-        assert torch.equal(hf(input_ids=src, decoder_input_ids=src[:, :4]).logits,
-                           original(input_ids=src, decoder_input_ids=src[:, :4]).logits)
+        assert torch.equal(
+            hf(input_ids=src, decoder_input_ids=src[:, :4]).logits,
+            original(input_ids=src, decoder_input_ids=src[:, :4]).logits,
+        )
 
 
 def validation_nll(model: Transformer, tokenizer, n: int = 200) -> float:
     """Per-token negative log-likelihood of the first n Multi30k validation pairs (teacher forcing)."""
-    pairs = zip(tokenizer.encode_source(read_lines("val.en.gz", n)), tokenizer.encode_target(read_lines("val.de.gz", n)))
+    pairs = zip(
+        tokenizer.encode_source(read_lines("val.en.gz", n)), tokenizer.encode_target(read_lines("val.de.gz", n))
+    )
     src_ids, tgt_ids = zip(*[(s, t) for s, t in pairs if max(len(s), len(t)) <= 64])
     n = len(src_ids)
     pad, bos = model.config.pad_id, model.config.bos_id
@@ -383,7 +465,7 @@ def test_fine_tuning_from_a_converted_checkpoint_lowers_validation_loss(marian_d
     init_dir = marian_dir if init == "marian" else tmp_path / "converted"
     recipe = tmp_path / "finetune.yaml"
     recipe.write_text(f"""
-data: {{train: {DATA / 'test_2016_flickr'}, valid: {DATA / 'val'}, test: "", src_lang: en, tgt_lang: de, max_subwords: 64}}
+data: {{train: {DATA / "test_2016_flickr"}, valid: {DATA / "val"}, test: "", src_lang: en, tgt_lang: de, max_subwords: 64}}
 model: {{}}
 train: {{batch_tokens: 1024, warmup_steps: 8, lr_factor: 1.0, max_steps: 15, eval_every: 0, eval_bleu: false,
         save_every: 15, keep_checkpoints: 1, average_last: 1, threads: 2, device: cpu}}
@@ -415,12 +497,28 @@ def test_separate_vocabularies_and_an_untied_output_layer(marian_dir, sentences,
         vocab["<pad>"] = n - 1
     (d / "vocab.json").write_text(json.dumps(source))
     (d / "target_vocab.json").write_text(json.dumps(target))
-    (d / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "MarianTokenizer", "separate_vocabs": True}))
+    (d / "tokenizer_config.json").write_text(
+        json.dumps({"tokenizer_class": "MarianTokenizer", "separate_vocabs": True})
+    )
     config = transformers.MarianConfig(
-        vocab_size=n, decoder_vocab_size=n + 2, share_encoder_decoder_embeddings=False, tie_word_embeddings=False,
-        d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4, decoder_attention_heads=4,
-        encoder_ffn_dim=64, decoder_ffn_dim=64, max_position_embeddings=128, pad_token_id=n - 1,
-        decoder_start_token_id=n - 1, eos_token_id=0, activation_function="relu", scale_embedding=False)
+        vocab_size=n,
+        decoder_vocab_size=n + 2,
+        share_encoder_decoder_embeddings=False,
+        tie_word_embeddings=False,
+        d_model=32,
+        encoder_layers=2,
+        decoder_layers=2,
+        encoder_attention_heads=4,
+        decoder_attention_heads=4,
+        encoder_ffn_dim=64,
+        decoder_ffn_dim=64,
+        max_position_embeddings=128,
+        pad_token_id=n - 1,
+        decoder_start_token_id=n - 1,
+        eos_token_id=0,
+        activation_function="relu",
+        scale_embedding=False,
+    )
     hf = transformers.MarianMTModel(config).eval()
     with torch.no_grad():
         for name, p in hf.named_parameters():
@@ -445,8 +543,10 @@ def test_separate_vocabularies_and_an_untied_output_layer(marian_dir, sentences,
     back = transformers.MarianMTModel.from_pretrained(tmp_path / "back").eval()
     with torch.no_grad():
         assert torch.equal(back(**batch, decoder_input_ids=tgt_in).logits, expected)
-    assert transformers.MarianTokenizer.from_pretrained(tmp_path / "back")(text_target=targets).input_ids == \
-        hf_tok(text_target=targets).input_ids
+    assert (
+        transformers.MarianTokenizer.from_pretrained(tmp_path / "back")(text_target=targets).input_ids
+        == hf_tok(text_target=targets).input_ids
+    )
 
 
 def test_int8_translator_on_a_marian_directory_stays_close_to_float32(marian_dir, sentences):

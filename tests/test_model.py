@@ -33,7 +33,9 @@ def reference_from(model: Transformer) -> nn.Transformer:
     """nn.Transformer (post-norm, ReLU) with the same weights and no final LayerNorms, as in the paper."""
     cfg = model.config
     kw = dict(d_model=cfg.d_model, nhead=cfg.n_heads, dim_feedforward=cfg.d_ff, dropout=0.0, batch_first=True)
-    encoder = nn.TransformerEncoder(nn.TransformerEncoderLayer(**kw), cfg.n_layers, norm=None, enable_nested_tensor=False)
+    encoder = nn.TransformerEncoder(
+        nn.TransformerEncoderLayer(**kw), cfg.n_layers, norm=None, enable_nested_tensor=False
+    )
     decoder = nn.TransformerDecoder(nn.TransformerDecoderLayer(**kw), cfg.n_layers, norm=None)
     ref = nn.Transformer(**kw, custom_encoder=encoder, custom_decoder=decoder)
 
@@ -143,8 +145,14 @@ def test_attention_weights_through_the_same_path():
         assert torch.allclose(w.sum(-1), torch.ones(()), atol=1e-6)
 
 
-@pytest.mark.parametrize("overrides", [{}, dict(activation="swish", sinusoid_layout="halves", final_logits_bias=True),
-                                       dict(positions="learned", scale_embedding=False, n_decoder_layers=3)])
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {},
+        dict(activation="swish", sinusoid_layout="halves", final_logits_bias=True),
+        dict(positions="learned", scale_embedding=False, n_decoder_layers=3),
+    ],
+)
 def test_incremental_decoding_equals_teacher_forcing(overrides):
     cfg = ModelConfig.preset("tiny", vocab_size=30, **overrides)
     model = Transformer(cfg).eval()

@@ -50,7 +50,11 @@ def huge_kib(address: int) -> int:
 
 
 def status_kib(field: str) -> int:
-    return next(int(line.split()[1]) for line in Path("/proc/self/status").read_text().splitlines() if line.startswith(field + ":"))
+    return next(
+        int(line.split()[1])
+        for line in Path("/proc/self/status").read_text().splitlines()
+        if line.startswith(field + ":")
+    )
 
 
 @needs_huge_pages
@@ -72,7 +76,9 @@ def test_same_outputs_bit_for_bit_and_the_parameters_on_huge_pages():
     assert first % pages.pmd_size() == 0  # one mapping, starting on a huge page
     assert len({p.untyped_storage().data_ptr() for p in moved}) == 1
     assert huge_kib(first) >= done.moved // 1024 // 2  # most of it on 2 MiB pages (the last page may stay small)
-    if done.collapsed:  # MADV_COLLAPSE (Linux 6.1 and later): the 2 MiB blocks inside the matrix, a mapping of their own
+    if (
+        done.collapsed
+    ):  # MADV_COLLAPSE (Linux 6.1 and later): the 2 MiB blocks inside the matrix, a mapping of their own
         assert huge_kib(-(-where // pages.pmd_size()) * pages.pmd_size()) >= 2048
     assert done.moved // 2 <= done.resident <= done.moved + done.collapsed  # the weights' own memory, not the process's
     assert str(done) == f"{done.resident / 2**20:,.0f} MiB on huge pages"
@@ -128,7 +134,9 @@ def test_column_major_matrices_keep_their_layout():
 def test_views_and_shared_storage_stay_where_they_are():
     m = model()
     big = torch.randn(128, 1024)
-    m.decoder.layers[0].ffn.fc1.weight = nn.Parameter(big[:, :64].t(), requires_grad=False)  # a view (64 of 1024 columns)
+    m.decoder.layers[0].ffn.fc1.weight = nn.Parameter(
+        big[:, :64].t(), requires_grad=False
+    )  # a view (64 of 1024 columns)
     shared = m.decoder.layers[1].ffn.fc2.weight
     m.kept = shared.detach()  # a second tensor on the same memory: moving the parameter would leave it a copy
     views = m.decoder.layers[0].ffn.fc1.weight.data_ptr(), shared.data_ptr()
@@ -142,6 +150,7 @@ def test_views_and_shared_storage_stay_where_they_are():
 
 def test_a_failure_leaves_the_model_as_it_was_and_says_why(monkeypatch):
     """No memory for the new mapping (ulimit -v, strict overcommit): Translator.load must not fail for a speed measure."""
+
     def no_memory(*args, **kwargs):
         raise OSError(12, "Cannot allocate memory")
 
@@ -204,8 +213,9 @@ def test_translator_load_puts_weights_on_huge_pages_and_translates_the_same(tmp_
     lines = read_lines(DATA / "val.en.gz")[:300] + read_lines(DATA / "val.de.gz")[:300]
     vocab = Vocab.train(lines, 300)
     torch.manual_seed(0)
-    directory = save_model(Transformer(ModelConfig.preset("tiny", vocab_size=len(vocab), d_ff=1024, max_len=96)),
-                           tmp_path, vocab.proto)
+    directory = save_model(
+        Transformer(ModelConfig.preset("tiny", vocab_size=len(vocab), d_ff=1024, max_len=96)), tmp_path, vocab.proto
+    )
     sentences = read_lines(DATA / "test_2016_flickr.en.gz")[:12]
     gemms = ["onednn", "mkl"] + (["onednn+gemv"] if shutil.which("cc") else [])
     for gemm in gemms:

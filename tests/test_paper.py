@@ -8,10 +8,40 @@ from aiayn.cli import main as cli_main
 from aiayn.lab.report import read_claims
 
 # The claims whose verdict is arithmetic, true of any model (the others depend on training and timing).
-BY_CONSTRUCTION = ["2.1", "3.1", "3.2", "3.3", "3.4", "4.1", "4.2", "4.3", "5.1", "5.2", "5.3", "7.1", "7.2",
-                   "8.1", "8.2", "12.1", "12.2", "12.3", "12.4", "12.5"]
-FIGURES = ["recurrence_trace", "layer_timings", "change_one_word", "path_lengths", "softmax_scaling",
-           "positional_encoding", "heads", "teacher_forcing", "bleu_vs_flops", "learning_rate"]
+BY_CONSTRUCTION = [
+    "2.1",
+    "3.1",
+    "3.2",
+    "3.3",
+    "3.4",
+    "4.1",
+    "4.2",
+    "4.3",
+    "5.1",
+    "5.2",
+    "5.3",
+    "7.1",
+    "7.2",
+    "8.1",
+    "8.2",
+    "12.1",
+    "12.2",
+    "12.3",
+    "12.4",
+    "12.5",
+]
+FIGURES = [
+    "recurrence_trace",
+    "layer_timings",
+    "change_one_word",
+    "path_lengths",
+    "softmax_scaling",
+    "positional_encoding",
+    "heads",
+    "teacher_forcing",
+    "bleu_vs_flops",
+    "learning_rate",
+]
 
 
 def test_quick_report_holds_the_claims_that_hold_by_construction(tmp_path, data_dir, capsys):
@@ -33,10 +63,12 @@ def test_quick_report_holds_the_claims_that_hold_by_construction(tmp_path, data_
 def test_bad_arguments_are_one_line_errors(tmp_path, capsys):
     assert cli_main(["paper", "--model", str(tmp_path / "none"), "--out", str(tmp_path)]) == 2
     assert "no such model directory" in capsys.readouterr().err
-    for flags, message in [(["--layer", "0"], "argument --layer: must be at least 1, got 0"),
-                           (["--threads", "-1"], "argument --threads: must be at least 0, got -1"),
-                           (["--minutes", "0"], "argument --minutes: must be a finite number above 0, got 0"),
-                           (["--minutes", "nan"], "argument --minutes: must be a finite number above 0, got nan")]:
+    for flags, message in [
+        (["--layer", "0"], "argument --layer: must be at least 1, got 0"),
+        (["--threads", "-1"], "argument --threads: must be at least 0, got -1"),
+        (["--minutes", "0"], "argument --minutes: must be a finite number above 0, got 0"),
+        (["--minutes", "nan"], "argument --minutes: must be a finite number above 0, got nan"),
+    ]:
         with pytest.raises(SystemExit) as exit_:
             cli_main(["paper", *flags, "--out", str(tmp_path)])
         assert exit_.value.code == 2 and message in capsys.readouterr().err

@@ -37,8 +37,16 @@ def parser_dir(tmp_path_factory, trees):
     out = tmp_path_factory.mktemp("parser")
     tokenizer = ParseTokenizer.train([" ".join(t.words()) for t in trees], [" ".join(linearize(t)) for t in trees], 300)
     torch.manual_seed(0)
-    config = ModelConfig.preset("tiny", vocab_size=len(tokenizer), tgt_vocab_size=tokenizer.target_size,
-                                share_embeddings=False, d_model=32, d_ff=64, n_layers=1, max_len=64)
+    config = ModelConfig.preset(
+        "tiny",
+        vocab_size=len(tokenizer),
+        tgt_vocab_size=tokenizer.target_size,
+        share_embeddings=False,
+        d_model=32,
+        d_ff=64,
+        n_layers=1,
+        max_len=64,
+    )
     save_model(Transformer(config), out)
     tokenizer.save(out)
     return out
@@ -82,8 +90,22 @@ def test_a_word_source_gives_word_k_position_k_and_unknown_words_their_class(tmp
 def test_cli_one_tree_per_line_in_order_with_empty_lines(parser_dir, tmp_path, capsys):
     lines = ["Mr. Vinken is chairman .", "", "The cat sat on the mat .", "Yes", "", "It rose 5 % ."]
     (tmp_path / "in.txt").write_text("\n".join(lines) + "\n")
-    assert main(["parse", "--model", str(parser_dir), "-i", str(tmp_path / "in.txt"), "-o", str(tmp_path / "out.txt"),
-                 "--beam-size", "1"]) == 0
+    assert (
+        main(
+            [
+                "parse",
+                "--model",
+                str(parser_dir),
+                "-i",
+                str(tmp_path / "in.txt"),
+                "-o",
+                str(tmp_path / "out.txt"),
+                "--beam-size",
+                "1",
+            ]
+        )
+        == 0
+    )
     out = (tmp_path / "out.txt").read_text().split("\n")
     assert len(out) == len(lines) + 1 and out[-1] == ""
     for line, tree in zip(lines, out):
@@ -93,8 +115,24 @@ def test_cli_one_tree_per_line_in_order_with_empty_lines(parser_dir, tmp_path, c
             parsed = parse_tree(tree)
             assert parsed.label == "TOP" and parsed.words() == line.split()
     assert "0 of 4 trees repaired" in capsys.readouterr().err  # the default search writes only trees
-    assert main(["parse", "--model", str(parser_dir), "-i", str(tmp_path / "in.txt"), "-o", str(tmp_path / "paper.txt"),
-                 "--beam-size", "1", "--search", "paper"]) == 0  # §6.3's own search: what it writes is repaired
+    assert (
+        main(
+            [
+                "parse",
+                "--model",
+                str(parser_dir),
+                "-i",
+                str(tmp_path / "in.txt"),
+                "-o",
+                str(tmp_path / "paper.txt"),
+                "--beam-size",
+                "1",
+                "--search",
+                "paper",
+            ]
+        )
+        == 0
+    )  # §6.3's own search: what it writes is repaired
     paper = (tmp_path / "paper.txt").read_text().split("\n")
     assert [parse_tree(t).words() if t else [] for t in paper[:-1]] == [line.split() for line in lines]
     assert "of 4 trees repaired" in capsys.readouterr().err
@@ -103,14 +141,45 @@ def test_cli_one_tree_per_line_in_order_with_empty_lines(parser_dir, tmp_path, c
 def test_brackets_in_words_are_written_as_the_treebank_writes_them(parser_dir, tmp_path, capsys):
     lines = ["He said ( quietly ) .", "f(x) is [ 1 ] and { 2 }", "-LRB- stays"]
     (tmp_path / "in.txt").write_text("\n".join(lines) + "\n")
-    assert main(["parse", "--model", str(parser_dir), "-i", str(tmp_path / "in.txt"), "-o", str(tmp_path / "out.txt"),
-                 "-b", "1"]) == 0
+    assert (
+        main(
+            [
+                "parse",
+                "--model",
+                str(parser_dir),
+                "-i",
+                str(tmp_path / "in.txt"),
+                "-o",
+                str(tmp_path / "out.txt"),
+                "-b",
+                "1",
+            ]
+        )
+        == 0
+    )
     trees = [parse_tree(t) for t in (tmp_path / "out.txt").read_text().splitlines()]
-    assert [t.words() for t in trees] == [["He", "said", "-LRB-", "quietly", "-RRB-", "."],
-                                          ["f-LRB-x-RRB-", "is", "-LSB-", "1", "-RSB-", "and", "-LCB-", "2", "-RCB-"],
-                                          ["-LRB-", "stays"]]
-    assert main(["parse", "--model", str(parser_dir), "-i", str(tmp_path / "in.txt"), "-o", str(tmp_path / "raw.txt"),
-                 "-b", "1", "--unescape"]) == 0  # asked for: the words as they were
+    assert [t.words() for t in trees] == [
+        ["He", "said", "-LRB-", "quietly", "-RRB-", "."],
+        ["f-LRB-x-RRB-", "is", "-LSB-", "1", "-RSB-", "and", "-LCB-", "2", "-RCB-"],
+        ["-LRB-", "stays"],
+    ]
+    assert (
+        main(
+            [
+                "parse",
+                "--model",
+                str(parser_dir),
+                "-i",
+                str(tmp_path / "in.txt"),
+                "-o",
+                str(tmp_path / "raw.txt"),
+                "-b",
+                "1",
+                "--unescape",
+            ]
+        )
+        == 0
+    )  # asked for: the words as they were
     raw = (tmp_path / "raw.txt").read_text().splitlines()
     assert "(-LRB- () " not in raw[0] and " ()" in raw[0] and "f(x)" in raw[1] and "({ " not in raw[1]
     assert [t.split(" ", 1)[0] for t in raw] == ["(TOP"] * 3
@@ -127,8 +196,22 @@ def test_a_sentence_that_is_not_text_is_named(parser_dir):
 
 def test_cli_bad_lines_are_named_and_leave_no_output(parser_dir, tmp_path, capsys):
     (tmp_path / "in.txt").write_bytes(b"A dog .\nTwo dogs .\n\xff\xfe bad\n")
-    assert main(["parse", "--model", str(parser_dir), "-i", str(tmp_path / "in.txt"), "-o", str(tmp_path / "o.txt"),
-                 "-b", "1"]) == 2
+    assert (
+        main(
+            [
+                "parse",
+                "--model",
+                str(parser_dir),
+                "-i",
+                str(tmp_path / "in.txt"),
+                "-o",
+                str(tmp_path / "o.txt"),
+                "-b",
+                "1",
+            ]
+        )
+        == 2
+    )
     assert "line 3: not valid UTF-8" in capsys.readouterr().err and not (tmp_path / "o.txt").exists()
     (tmp_path / "long.txt").write_text("A dog .\n\n" + " ".join(["word"] * 100) + "\n")
     assert main(["parse", "--model", str(parser_dir), "-i", str(tmp_path / "long.txt"), "-b", "1"]) == 2
@@ -138,8 +221,11 @@ def test_cli_bad_lines_are_named_and_leave_no_output(parser_dir, tmp_path, capsy
 def test_a_translation_model_is_refused(tmp_path):
     from aiayn.data.vocab import Vocab
 
-    save_model(Transformer(ModelConfig.preset("tiny", vocab_size=300)), tmp_path,
-               Vocab.train(["a b c d e f g h"] * 50 + ["some other words here"] * 50, 40).proto)
+    save_model(
+        Transformer(ModelConfig.preset("tiny", vocab_size=300)),
+        tmp_path,
+        Vocab.train(["a b c d e f g h"] * 50 + ["some other words here"] * 50, 40).proto,
+    )
     with pytest.raises(ValueError, match="not a parsing model"):
         Parser.load(tmp_path)
 
@@ -150,31 +236,69 @@ def test_evaluate_task_parse_json(tmp_path, capsys, trees):
     hyp[5] = str(parse_tree(hyp[5].replace("(. .)", "(NN .)")))  # kept punctuation: EVALB rejects it
     (tmp_path / "gold.txt").write_text("\n".join(gold) + "\n")
     (tmp_path / "hyp.txt").write_text("\n".join(hyp) + "\n")
-    assert main(["evaluate", "--task", "parse", "--hyp", str(tmp_path / "hyp.txt"), "--ref", str(tmp_path / "gold.txt"),
-                 "--json"]) == 0
+    assert (
+        main(
+            [
+                "evaluate",
+                "--task",
+                "parse",
+                "--hyp",
+                str(tmp_path / "hyp.txt"),
+                "--ref",
+                str(tmp_path / "gold.txt"),
+                "--json",
+            ]
+        )
+        == 0
+    )
     got = json.loads(capsys.readouterr().out)
     expected = evalb(gold, hyp)
     assert got["f1"] == round(expected.all.f1, 4) and got["len<=40"]["f1"] == round(expected.short.f1, 4)
     assert {"precision", "recall", "f1", "complete_match", "errors"} <= got.keys() and got["errors"] == 1
     (tmp_path / "short.txt").write_text("\n".join(hyp[:-1]) + "\n")
-    assert main(["evaluate", "--task", "parse", "--hyp", str(tmp_path / "short.txt"),
-                 "--ref", str(tmp_path / "gold.txt")]) == 2
+    assert (
+        main(["evaluate", "--task", "parse", "--hyp", str(tmp_path / "short.txt"), "--ref", str(tmp_path / "gold.txt")])
+        == 2
+    )
     assert "has 19 lines but" in capsys.readouterr().err
 
 
 TINY_SPLITS = ["--data.train=wsj_0001-0010", "--data.valid=wsj_0160", "--data.test=wsj_0199"]
-TINY_PARSER = [*TINY_SPLITS, "--data.vocab_size=300", "--data.max_subwords=90", "--model.d_model=32", "--model.d_ff=64",
-               "--model.n_layers=1", "--model.n_heads=2",
-               "--model.max_len=96", "--train.max_steps=2", "--train.save_every=1", "--train.beam_size=1",
-               "--train.max_minutes=0", "--train.eval_every=0"]
+TINY_PARSER = [
+    *TINY_SPLITS,
+    "--data.vocab_size=300",
+    "--data.max_subwords=90",
+    "--model.d_model=32",
+    "--model.d_ff=64",
+    "--model.n_layers=1",
+    "--model.n_heads=2",
+    "--model.max_len=96",
+    "--train.max_steps=2",
+    "--train.save_every=1",
+    "--train.beam_size=1",
+    "--train.max_minutes=0",
+    "--train.eval_every=0",
+]
 
 
 @pytest.mark.parametrize("units", ["subwords", "words"])
 def test_training_a_parser_from_the_recipe(tmp_path, capsys, units):
     """`aiayn train recipes/ptb-parse.yaml`, as docs/parsing.md gives it, with a tiny model: the command itself, whose
     checks of the recipe's splits once took the treebank's file ranges for text files and refused the recipe."""
-    assert main(["train", str(REPO / "recipes" / "ptb-parse.yaml"), "--out", str(tmp_path), f"--data.archive={ARCHIVE}",
-                 f"--data.source_units={units}", *TINY_PARSER]) == 0
+    assert (
+        main(
+            [
+                "train",
+                str(REPO / "recipes" / "ptb-parse.yaml"),
+                "--out",
+                str(tmp_path),
+                f"--data.archive={ARCHIVE}",
+                f"--data.source_units={units}",
+                *TINY_PARSER,
+            ]
+        )
+        == 0
+    )
     results = json.loads((tmp_path / "results.json").read_text())
     test_trees = read_treebank(ARCHIVE, "wsj_0199")
     assert results["steps"] == 2 and 0.0 <= results["test_f1"] <= 100.0
@@ -183,7 +307,8 @@ def test_training_a_parser_from_the_recipe(tmp_path, capsys, units):
     assert parser.translator.model.config.share_embeddings is False
     assert isinstance(parser.translator.tokenizer.source, WordVocab) == (units == "words")
     assert [t.words() for t in parser.parse([" ".join(t.words()) for t in test_trees[:2]])] == [
-        t.words() for t in test_trees[:2]]
+        t.words() for t in test_trees[:2]
+    ]
 
     # `aiayn average RUN`: a parser's tokenizer is kept beside the run, not in its checkpoints, and goes with the mean
     assert not ParseTokenizer.is_saved_in(tmp_path / "checkpoints" / "step-2")
@@ -192,7 +317,9 @@ def test_training_a_parser_from_the_recipe(tmp_path, capsys, units):
     assert averaged.parse(["Mr. Vinken is chairman ."])[0].words() == "Mr. Vinken is chairman .".split()
     steps = [str(tmp_path / "checkpoints" / f"step-{n}") for n in (1, 2)]  # or its checkpoints named one by one
     assert main(["average", *steps, "--out", str(tmp_path / "avg-steps")]) == 0
-    assert (tmp_path / "avg-steps" / "parse-target.json").read_bytes() == (tmp_path / "avg" / "parse-target.json").read_bytes()
+    assert (tmp_path / "avg-steps" / "parse-target.json").read_bytes() == (
+        tmp_path / "avg" / "parse-target.json"
+    ).read_bytes()
     shutil.rmtree(tmp_path / "model")  # a run killed before its end has no final model; without its tokenizer too:
     shutil.rmtree(tmp_path / "avg")
     for name in averaged.translator.tokenizer.files():
@@ -201,8 +328,15 @@ def test_training_a_parser_from_the_recipe(tmp_path, capsys, units):
     assert "no tokenizer" in capsys.readouterr().err and not (tmp_path / "avg").exists()  # refused before writing
 
 
-@pytest.mark.parametrize("command", [["translate"], ["evaluate", "--src", "{words}", "--ref", "{words}"],
-                                     ["serve", "--port", "0"], ["paper", "--out", "{words}.lab"]])
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["translate"],
+        ["evaluate", "--src", "{words}", "--ref", "{words}"],
+        ["serve", "--port", "0"],
+        ["paper", "--out", "{words}.lab"],
+    ],
+)
 def test_the_translation_commands_refuse_a_parsing_model_by_name(parser_dir, tmp_path, capsys, command):
     """Its outputs are tree symbols: `aiayn parse` runs it, as parse refuses a translation model."""
     words = tmp_path / "words.txt"
@@ -221,8 +355,9 @@ def test_a_tokenizer_saved_over_another_kind_is_the_one_read_back(parser_dir, tm
     from aiayn.marian.convert import load_tokenizer, save_tokenizer
 
     subwords = ParseTokenizer.load(parser_dir)
-    words = ParseTokenizer.train([" ".join(t.words()) for t in trees], [" ".join(linearize(t)) for t in trees], 100,
-                                 units="words")
+    words = ParseTokenizer.train(
+        [" ".join(t.words()) for t in trees], [" ".join(linearize(t)) for t in trees], 100, units="words"
+    )
     save_tokenizer(words, tmp_path)
     save_tokenizer(subwords, tmp_path)
     assert not isinstance(load_tokenizer(tmp_path).source, WordVocab)
@@ -259,20 +394,35 @@ def test_a_parsing_runs_tokenizer_is_aiayns_own_in_its_run_folder(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]
 
 
-@pytest.mark.parametrize("setting, message", [
-    ("--data.archive=missing.zip", "data.archive: missing.zip: no such treebank archive or folder"),
-    ("--data.archive={readme}", "not a zip archive"),
-    ("--data.archive=", "data.archive is not set"),
-    ("--data.train=wsj_x", "data.train: file range 'wsj_x': expected PREFIXNNNN"),
-    ("--data.valid=wsj_0900-0910", "data.valid: {archive} has no .mrg files in the range wsj_0900-0910"),
-    ("--data.test=wsj_0199-0180", "data.test: file range 'wsj_0199-0180': 0180 comes before 0199"),
-])
+@pytest.mark.parametrize(
+    "setting, message",
+    [
+        ("--data.archive=missing.zip", "data.archive: missing.zip: no such treebank archive or folder"),
+        ("--data.archive={readme}", "not a zip archive"),
+        ("--data.archive=", "data.archive is not set"),
+        ("--data.train=wsj_x", "data.train: file range 'wsj_x': expected PREFIXNNNN"),
+        ("--data.valid=wsj_0900-0910", "data.valid: {archive} has no .mrg files in the range wsj_0900-0910"),
+        ("--data.test=wsj_0199-0180", "data.test: file range 'wsj_0199-0180': 0180 comes before 0199"),
+    ],
+)
 def test_a_parsing_recipe_with_a_bad_treebank_is_refused_by_name(tmp_path, capsys, setting, message):
     """Before any work: one line naming the setting, and no run folder."""
     fill = {"readme": REPO / "README.md", "archive": ARCHIVE}
     out = tmp_path / "run"
-    assert main(["train", str(REPO / "recipes" / "ptb-parse.yaml"), "--out", str(out), f"--data.archive={ARCHIVE}",
-                 *TINY_PARSER, setting.format(**fill)]) == 2
+    assert (
+        main(
+            [
+                "train",
+                str(REPO / "recipes" / "ptb-parse.yaml"),
+                "--out",
+                str(out),
+                f"--data.archive={ARCHIVE}",
+                *TINY_PARSER,
+                setting.format(**fill),
+            ]
+        )
+        == 2
+    )
     err = capsys.readouterr().err
     assert message.format(**fill) in err and len(err.strip().splitlines()) == 1 and not out.exists()
 
@@ -280,12 +430,15 @@ def test_a_parsing_recipe_with_a_bad_treebank_is_refused_by_name(tmp_path, capsy
 def test_pcfg_transform_round_trips_and_parses_its_own_training_trees(trees):
     for tree in trees:
         assert untransform(transform(tree)) == tree
-    small = [parse_tree("(TOP (S (NP (DT the) (NN dog)) (VP (VBD saw) (NP (DT a) (NN cat))) (. .)))"),
-             parse_tree("(TOP (S (NP (NNP John)) (VP (VBD slept)) (. .)))")]
+    small = [
+        parse_tree("(TOP (S (NP (DT the) (NN dog)) (VP (VBD saw) (NP (DT a) (NN cat))) (. .)))"),
+        parse_tree("(TOP (S (NP (NNP John)) (VP (VBD slept)) (. .)))"),
+    ]
     grammar = PCFG.train(small)
     assert [grammar.parse(t.words()) for t in small] == small
     assert str(grammar.parse("the cat saw John .".split())) == (
-        "(TOP (S (NP (DT the) (NN cat)) (VP (VBD saw) (NP (NNP John))) (. .)))")
+        "(TOP (S (NP (DT the) (NN cat)) (VP (VBD saw) (NP (NNP John))) (. .)))"
+    )
 
 
 def test_pcfg_learns_more_than_right_branching(trees):

@@ -60,6 +60,7 @@ def test_every_finished_hypothesis_is_one_well_formed_tree_over_the_words(search
 def test_the_length_budget_closes_the_tree_in_time(search):
     """A limit that leaves room for one bracket more than the flattest tree: every output is a tree
     that fits it, however much the model would rather open brackets; without the budget it is cut."""
+
     class Opener(RandomModel):  # prefers opening brackets above everything
         def step(self, tokens, cache):
             scores = torch.randn(tokens.size(0), len(SYMBOLS), generator=self.generator)
@@ -99,12 +100,14 @@ def test_the_mask_of_a_partial_tree():
     state = step.start(torch.full((1, 3), 5))
     allowed = lambda: [s for s, ok in zip(SYMBOLS, step.allowed(state)[0].tolist()) if ok]  # noqa: E731
     assert allowed() == ["(S", "(NP", "(VP"]  # a tree starts with its root bracket
-    for token, expected in [("(S", ["(S", "(NP", "(VP", "NN", "VB", "."]),  # no close right after an open
-                            ("(NP", ["(S", "(NP", "(VP", "NN", "VB", "."]),
-                            ("NN", ["(S", ")NP", "(NP", "(VP", "NN", "VB", "."]),  # only the innermost closes
-                            (")NP", ["(S", "(NP", "(VP", "NN", "VB", "."]),  # the root stays open: a word is left
-                            ("VB", [")S"]),  # every word has its tag: close
-                            (")S", ["</s>"])]:
+    for token, expected in [
+        ("(S", ["(S", "(NP", "(VP", "NN", "VB", "."]),  # no close right after an open
+        ("(NP", ["(S", "(NP", "(VP", "NN", "VB", "."]),
+        ("NN", ["(S", ")NP", "(NP", "(VP", "NN", "VB", "."]),  # only the innermost closes
+        (")NP", ["(S", "(NP", "(VP", "NN", "VB", "."]),  # the root stays open: a word is left
+        ("VB", [")S"]),  # every word has its tag: close
+        (")S", ["</s>"]),
+    ]:
         _, state = step.step(torch.tensor([[SYMBOLS.index(token)]]), state)
         assert sorted(allowed()) == sorted(expected), token
 
@@ -115,21 +118,32 @@ def allowed_tags(rules, b, k):
 
 def test_word_rules_name_fixed_tags_and_words_that_take_no_punctuation_tag():
     rules = word_rules([["Mr.", "Vinken", ",", "61", "&", "."], ["Yes"]], SYMBOLS)
-    assert rules.rules.tolist() == [[NO_PUNCTUATION, NO_PUNCTUATION, FREE, NO_PUNCTUATION, FREE, 2],  # "," is no symbol here
-                                    [NO_PUNCTUATION, FREE, FREE, FREE, FREE, FREE]]
+    assert rules.rules.tolist() == [
+        [NO_PUNCTUATION, NO_PUNCTUATION, FREE, NO_PUNCTUATION, FREE, 2],  # "," is no symbol here
+        [NO_PUNCTUATION, FREE, FREE, FREE, FREE, FREE],
+    ]
     assert allowed_tags(rules, 0, 0) == ["NN", "VB"] and allowed_tags(rules, 0, 2) == ["NN", "VB", "."]
     assert allowed_tags(rules, 0, 5) == ["."]
 
 
 def test_with_a_lexicon_a_word_takes_the_tags_training_saw_it_with():
-    lexicon = TagLexicon.of(["run run run fast", "a run"], [["(S", "VB", "NN", "VB", "NN", ")S"], ["(S", "NN", "VB", ")S"]])
+    lexicon = TagLexicon.of(
+        ["run run run fast", "a run"], [["(S", "VB", "NN", "VB", "NN", ")S"], ["(S", "NN", "VB", ")S"]]
+    )
     assert lexicon.tags("run") == ("NN", "VB")  # seen 4 times: its own tags
     assert lexicon.tags("fast") == ("NN",) and lexicon.tags("a") == ("NN",)  # seen once: its own and its class's
     assert lexicon.tags("dog") == ("NN",)  # unknown: its class UNK, from the rare words
     assert lexicon.tags("Dogs") == ("NN",)  # class UNK-C-s never seen: backs off to UNK
     assert TagLexicon().tags("run") is None and TagLexicon.from_json(lexicon.to_json()) == lexicon
-    rules = word_rules([["run", "dog", ".", "&"]], SYMBOLS, TagLexicon({"run": ("VB",), "&": ("CC",)}, {"UNK": ("NN", ".")}))
-    assert [allowed_tags(rules, 0, k) for k in range(4)] == [["VB"], ["NN"], ["."], ["NN", "VB", "."]]  # no CC here: free
+    rules = word_rules(
+        [["run", "dog", ".", "&"]], SYMBOLS, TagLexicon({"run": ("VB",), "&": ("CC",)}, {"UNK": ("NN", ".")})
+    )
+    assert [allowed_tags(rules, 0, k) for k in range(4)] == [
+        ["VB"],
+        ["NN"],
+        ["."],
+        ["NN", "VB", "."],
+    ]  # no CC here: free
 
 
 def test_the_lexicon_of_the_training_files_allows_the_gold_tag_of_almost_every_dev_word():
@@ -179,8 +193,12 @@ def test_the_training_trees_bound_runs_of_opening_brackets_and_depth():
     shape = TreeShape.of([linearize(t) for t in trees])
     assert (shape.open_run, shape.depth) == (6, 28)
     assert TreeShape.of([["(S", "(NP", "NN", ")NP", "(VP", "VB", ")VP", ")S"]]) == TreeShape(
-        open_run=2, depth=2, first={"NP": ("NN",), "S": ("NN",), "VP": ("VB",)}, last={"NP": ("NN",), "S": ("VB",), "VP": ("VB",)},
-        children={"NP": ("NN",), "S": ("(NP", "(VP"), "TOP": ("(S",), "VP": ("VB",)})
+        open_run=2,
+        depth=2,
+        first={"NP": ("NN",), "S": ("NN",), "VP": ("VB",)},
+        last={"NP": ("NN",), "S": ("VB",), "VP": ("VB",)},
+        children={"NP": ("NN",), "S": ("(NP", "(VP"), "TOP": ("(S",), "VP": ("VB",)},
+    )
 
     shape = TreeShape(open_run=2, depth=4)
     step = TreeConstrainedStep(RandomModel(0), SYMBOLS, torch.tensor([4]), shape=shape)
@@ -202,8 +220,10 @@ def test_a_model_that_keeps_opening_brackets_writes_trees_of_the_training_shape(
     shape, words = TreeShape(open_run=3, depth=4), torch.tensor([5, 2])
     config = DecodeConfig(beam_size=4 if search == "beam" else 1, extra_len=300)
     run = beam_search if search == "beam" else greedy_hypotheses
-    for h, n in zip(run(TreeConstrainedStep(Opener(1), SYMBOLS, words, config=config, shape=shape),
-                        torch.full((2, 4), 5), config), words.tolist()):
+    for h, n in zip(
+        run(TreeConstrainedStep(Opener(1), SYMBOLS, words, config=config, shape=shape), torch.full((2, 4), 5), config),
+        words.tolist(),
+    ):
         sequence = [SYMBOLS[i] for i in h[0].tokens][:-1]
         assert TreeShape.of([sequence]).open_run <= 3 and TreeShape.of([sequence]).depth <= 4, sequence
         assert repair(sequence, ["w"] * n, retag=False)[1] == Repairs()

@@ -39,13 +39,30 @@ def run_evalb(binary, tmp_path, gold_lines: list[str], test_lines: list[str]) ->
     """EVALB's two summary blocks as {"all": {...}, "short": {...}}; -e after -p: count errors, never stop."""
     (tmp_path / "gold.txt").write_text("".join(g + "\n" for g in gold_lines))
     (tmp_path / "test.txt").write_text("".join(t + "\n" for t in test_lines))
-    out = subprocess.run([str(binary), "-p", str(EVALB_DIR / "COLLINS.prm"), "-e", "100000",
-                          str(tmp_path / "gold.txt"), str(tmp_path / "test.txt")],
-                         capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        [
+            str(binary),
+            "-p",
+            str(EVALB_DIR / "COLLINS.prm"),
+            "-e",
+            "100000",
+            str(tmp_path / "gold.txt"),
+            str(tmp_path / "test.txt"),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     blocks = out.split("=== Summary ===")[1].split("-- len<=40 --")
-    keys = {"Number of Error sentence": "errors", "Number of Skip  sentence": "skipped",
-            "Bracketing Recall": "recall", "Bracketing Precision": "precision", "Bracketing FMeasure": "f1",
-            "Complete match": "complete_match", "Tagging accuracy": "tagging_accuracy"}
+    keys = {
+        "Number of Error sentence": "errors",
+        "Number of Skip  sentence": "skipped",
+        "Bracketing Recall": "recall",
+        "Bracketing Precision": "precision",
+        "Bracketing FMeasure": "f1",
+        "Complete match": "complete_match",
+        "Tagging accuracy": "tagging_accuracy",
+    }
     result = {}
     for name, block in zip(("all", "short"), blocks):
         values = dict(re.findall(r"^(.+?)\s*=\s*(\S+)$", block, re.M))
@@ -70,8 +87,9 @@ def test_gold_against_gold_is_100_and_agrees(evalb_binary, tmp_path, gold):
 
 def test_right_branching_agrees_and_is_the_floor(evalb_binary, tmp_path, gold):
     test = gold[-245:]  # wsj_0180-0199
-    ours = assert_agrees(evalb_binary, tmp_path, [str(t) for t in test],
-                         [str(right_branching(t.words(), t.tags())) for t in test])
+    ours = assert_agrees(
+        evalb_binary, tmp_path, [str(t) for t in test], [str(right_branching(t.words(), t.tags())) for t in test]
+    )
     assert 28.0 < ours.all.f1 < 32.0  # docs/parsing.md: about 30 F1
 
 
@@ -153,7 +171,7 @@ def test_perturbed_trees_agree(evalb_binary, tmp_path, gold, kind):
     rng = random.Random(kind)
     test = []
     for tree in gold:
-        for k in (rng.sample(["delete", "relabel", "move", "tag", "unary"], 3) if kind == "mixed" else [kind]):
+        for k in rng.sample(["delete", "relabel", "move", "tag", "unary"], 3) if kind == "mixed" else [kind]:
             tree = perturb(tree, rng, k)
         test.append(str(tree))
     ours = assert_agrees(evalb_binary, tmp_path, [str(t) for t in gold], test)

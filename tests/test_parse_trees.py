@@ -5,8 +5,17 @@ from __future__ import annotations
 import pytest
 
 from aiayn.parse.linearize import Repairs, delinearize, linearize, repair
-from aiayn.parse.trees import (Tree, TreeError, base_label, clean, collapse_unary_repeats, file_range, parse_tree,
-                               parse_trees, read_treebank)
+from aiayn.parse.trees import (
+    Tree,
+    TreeError,
+    base_label,
+    clean,
+    collapse_unary_repeats,
+    file_range,
+    parse_tree,
+    parse_trees,
+    read_treebank,
+)
 
 from conftest import DATA
 
@@ -17,8 +26,10 @@ ARCHIVE = DATA / "ptb-sample" / "treebank.zip"
 def sample() -> dict[str, list[Tree]]:
     if not ARCHIVE.is_file():
         pytest.fail(f"the Penn Treebank sample is missing: {ARCHIVE}")
-    return {name: read_treebank(ARCHIVE, files) for name, files in
-            (("train", "wsj_0001-0159"), ("valid", "wsj_0160-0179"), ("test", "wsj_0180-0199"))}
+    return {
+        name: read_treebank(ARCHIVE, files)
+        for name, files in (("train", "wsj_0001-0159"), ("valid", "wsj_0160-0179"), ("test", "wsj_0180-0199"))
+    }
 
 
 def test_the_splits_have_the_documented_sizes(sample):
@@ -26,12 +37,20 @@ def test_the_splits_have_the_documented_sizes(sample):
 
 
 def test_clean_removes_traces_their_empty_constituents_and_function_tags():
-    mrg = ("( (S (NP-SBJ-1 (-NONE- *-2)) (VP (VBD rose) (NP-TMP=2 (NN yesterday)) (SBAR (-NONE- 0) "
-           "(S (-NONE- *T*-1)))) (. .)) )")
+    mrg = (
+        "( (S (NP-SBJ-1 (-NONE- *-2)) (VP (VBD rose) (NP-TMP=2 (NN yesterday)) (SBAR (-NONE- 0) "
+        "(S (-NONE- *T*-1)))) (. .)) )"
+    )
     assert str(clean(parse_tree(mrg))) == "(TOP (S (VP (VBD rose) (NP (NN yesterday))) (. .)))"
     assert clean(parse_tree("( (S (-NONE- *)) )")) is None
     assert [base_label(x) for x in ("NP-SBJ-1", "PP-LOC-CLR", "NP=2", "-NONE-", "-LRB-", "S")] == [
-        "NP", "PP", "NP", "-NONE-", "-LRB-", "S"]
+        "NP",
+        "PP",
+        "NP",
+        "-NONE-",
+        "-LRB-",
+        "S",
+    ]
 
 
 def test_the_real_files_are_cleaned(sample):
@@ -66,35 +85,62 @@ def test_every_tree_of_the_sample_round_trips_exactly(sample):
 WORDS = ["John", "has", "a", "dog", "."]
 
 
-@pytest.mark.parametrize("tokens, expected, fixes", [
-    # well formed: nothing to repair
-    ("(S (NP NNP )NP (VP VBZ (NP DT NN )NP )VP . )S",
-     "(TOP (S (NP (NNP John)) (VP (VBZ has) (NP (DT a) (NN dog))) (. .)))", Repairs()),
-    # brackets still open at the end are closed
-    ("(S (NP NNP )NP (VP VBZ (NP DT NN . ",
-     "(TOP (S (NP (NNP John)) (VP (VBZ has) (NP (DT a) (NN dog) (. .)))))", Repairs(unclosed=3)),
-    # a closing bracket with nothing open is dropped; one with the wrong label closes the innermost
-    (")NP (S (NP NNP )VP (VP VBZ (NP DT NN )NP )VP . )S",
-     "(TOP (S (NP (NNP John)) (VP (VBZ has) (NP (DT a) (NN dog))) (. .)))", Repairs(unopened=1, mismatched=1)),
-    # a constituent without words is removed
-    ("(S (NP NNP )NP (ADVP )ADVP (VP VBZ (NP DT NN )NP )VP . )S",
-     "(TOP (S (NP (NNP John)) (VP (VBZ has) (NP (DT a) (NN dog))) (. .)))", Repairs(empty=1)),
-    # too few tags: the remaining words join the root, punctuation keeping its tag
-    ("(S (NP NNP )NP (VP VBZ )VP )S",
-     "(TOP (S (NP (NNP John)) (VP (VBZ has))) (NN a) (NN dog) (. .))", Repairs(missing_words=3)),
-    # too many tags: the surplus is dropped (and a constituent left empty by it removed)
-    ("(S (NP NNP )NP (VP VBZ (NP DT NN )NP )VP . )S (NP NN NN )NP",
-     "(TOP (S (NP (NNP John)) (VP (VBZ has) (NP (DT a) (NN dog))) (. .)))", Repairs(extra_tags=2, empty=1)),
-    # special tokens and bare brackets are dropped; several top-level constituents share TOP
-    ("<unk> (NP NNP )NP ( (VP VBZ DT NN . )VP",
-     "(TOP (NP (NNP John)) (VP (VBZ has) (DT a) (NN dog) (. .)))", Repairs(stray=2)),
-    # a punctuation word takes the tag the treebank fixes for it, and a word is never tagged as punctuation
-    # (EVALB deletes words by tag: either would reject the sentence for its length)
-    ("(S (NP NNP )NP (VP , (NP DT NN )NP )VP NN )S",
-     "(TOP (S (NP (NNP John)) (VP (NN has) (NP (DT a) (NN dog))) (. .)))", Repairs(punctuation=2)),
-    # nothing but an end: every word attached to the root
-    ("", "(TOP (NN John) (NN has) (NN a) (NN dog) (. .))", Repairs(missing_words=5)),
-])
+@pytest.mark.parametrize(
+    "tokens, expected, fixes",
+    [
+        # well formed: nothing to repair
+        (
+            "(S (NP NNP )NP (VP VBZ (NP DT NN )NP )VP . )S",
+            "(TOP (S (NP (NNP John)) (VP (VBZ has) (NP (DT a) (NN dog))) (. .)))",
+            Repairs(),
+        ),
+        # brackets still open at the end are closed
+        (
+            "(S (NP NNP )NP (VP VBZ (NP DT NN . ",
+            "(TOP (S (NP (NNP John)) (VP (VBZ has) (NP (DT a) (NN dog) (. .)))))",
+            Repairs(unclosed=3),
+        ),
+        # a closing bracket with nothing open is dropped; one with the wrong label closes the innermost
+        (
+            ")NP (S (NP NNP )VP (VP VBZ (NP DT NN )NP )VP . )S",
+            "(TOP (S (NP (NNP John)) (VP (VBZ has) (NP (DT a) (NN dog))) (. .)))",
+            Repairs(unopened=1, mismatched=1),
+        ),
+        # a constituent without words is removed
+        (
+            "(S (NP NNP )NP (ADVP )ADVP (VP VBZ (NP DT NN )NP )VP . )S",
+            "(TOP (S (NP (NNP John)) (VP (VBZ has) (NP (DT a) (NN dog))) (. .)))",
+            Repairs(empty=1),
+        ),
+        # too few tags: the remaining words join the root, punctuation keeping its tag
+        (
+            "(S (NP NNP )NP (VP VBZ )VP )S",
+            "(TOP (S (NP (NNP John)) (VP (VBZ has))) (NN a) (NN dog) (. .))",
+            Repairs(missing_words=3),
+        ),
+        # too many tags: the surplus is dropped (and a constituent left empty by it removed)
+        (
+            "(S (NP NNP )NP (VP VBZ (NP DT NN )NP )VP . )S (NP NN NN )NP",
+            "(TOP (S (NP (NNP John)) (VP (VBZ has) (NP (DT a) (NN dog))) (. .)))",
+            Repairs(extra_tags=2, empty=1),
+        ),
+        # special tokens and bare brackets are dropped; several top-level constituents share TOP
+        (
+            "<unk> (NP NNP )NP ( (VP VBZ DT NN . )VP",
+            "(TOP (NP (NNP John)) (VP (VBZ has) (DT a) (NN dog) (. .)))",
+            Repairs(stray=2),
+        ),
+        # a punctuation word takes the tag the treebank fixes for it, and a word is never tagged as punctuation
+        # (EVALB deletes words by tag: either would reject the sentence for its length)
+        (
+            "(S (NP NNP )NP (VP , (NP DT NN )NP )VP NN )S",
+            "(TOP (S (NP (NNP John)) (VP (NN has) (NP (DT a) (NN dog))) (. .)))",
+            Repairs(punctuation=2),
+        ),
+        # nothing but an end: every word attached to the root
+        ("", "(TOP (NN John) (NN has) (NN a) (NN dog) (. .))", Repairs(missing_words=5)),
+    ],
+)
 def test_repair_rules(tokens, expected, fixes):
     tree, found = repair(tokens.split(), WORDS)
     assert str(tree) == expected
@@ -132,14 +178,20 @@ def test_reader_errors_say_where():
         file_range("wsj_0010-0008")
 
 
-@pytest.mark.parametrize("tree, expected", [
-    ("(TOP (NP (NP (DT a) (NN b))))", "(TOP (NP (DT a) (NN b)))"),
-    ("(TOP (S (S (S (VP (VB go)))) (. .)))", "(TOP (S (S (VP (VB go))) (. .)))"),  # the inner chain; S over two kept
-    ("(TOP (S (NP (NP (NP (DT a) (NN b)))) (VP (VB go))))", "(TOP (S (NP (DT a) (NN b)) (VP (VB go))))"),
-    ("(TOP (NP (NP (DT a)) (PP (IN of) (NP (NN b)))))", None),  # NP over NP and PP: two children
-    ("(TOP (NP (NN x)))", None),  # over a tag, not a constituent
-    ("(TOP (S (VP (VP (VB go)))) (TOP (NN x)))", "(TOP (S (VP (VB go))) (TOP (NN x)))"),  # TOP is never merged
-])
+@pytest.mark.parametrize(
+    "tree, expected",
+    [
+        ("(TOP (NP (NP (DT a) (NN b))))", "(TOP (NP (DT a) (NN b)))"),
+        (
+            "(TOP (S (S (S (VP (VB go)))) (. .)))",
+            "(TOP (S (S (VP (VB go))) (. .)))",
+        ),  # the inner chain; S over two kept
+        ("(TOP (S (NP (NP (NP (DT a) (NN b)))) (VP (VB go))))", "(TOP (S (NP (DT a) (NN b)) (VP (VB go))))"),
+        ("(TOP (NP (NP (DT a)) (PP (IN of) (NP (NN b)))))", None),  # NP over NP and PP: two children
+        ("(TOP (NP (NN x)))", None),  # over a tag, not a constituent
+        ("(TOP (S (VP (VP (VB go)))) (TOP (NN x)))", "(TOP (S (VP (VB go))) (TOP (NN x)))"),  # TOP is never merged
+    ],
+)
 def test_collapse_unary_repeats(tree, expected):
     out = collapse_unary_repeats(parse_tree(tree))
     assert str(out) == (expected or tree)

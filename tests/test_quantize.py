@@ -71,18 +71,28 @@ def test_packed_and_plain_vocabularies_give_the_same_logits_and_translations():
         copy.load_state_dict(model.state_dict())
         with mock.patch("aiayn.decode.quantize.pack", packed.pack if onednn else lambda weight: None):
             models[onednn] = quantize_int8(copy)
-    assert models[True].output_proj.vocabulary.packed is not None and models[False].output_proj.vocabulary.packed is None
+    assert (
+        models[True].output_proj.vocabulary.packed is not None and models[False].output_proj.vocabulary.packed is None
+    )
     with torch.inference_mode():
         logits = {k: m(src, src) for k, m in models.items()}
-        hyps = {k: beam_search(TransformerStep(m), src, DecodeConfig(beam_size=3, max_len=10)) for k, m in models.items()}
+        hyps = {
+            k: beam_search(TransformerStep(m), src, DecodeConfig(beam_size=3, max_len=10)) for k, m in models.items()
+        }
     torch.testing.assert_close(logits[True], logits[False], rtol=1e-5, atol=1e-5)
     assert [[h.tokens for h in s] for s in hyps[True]] == [[h.tokens for h in s] for s in hyps[False]]
 
 
 @pytest.mark.parametrize("share", [True, False])
 def test_quantized_model_keeps_no_float_vocabulary_matrix(share):
-    config = ModelConfig.preset("tiny", vocab_size=120, tgt_vocab_size=None if share else 90,
-                                share_embeddings=share, tie_output=share, final_logits_bias=True)
+    config = ModelConfig.preset(
+        "tiny",
+        vocab_size=120,
+        tgt_vocab_size=None if share else 90,
+        share_embeddings=share,
+        tie_output=share,
+        final_logits_bias=True,
+    )
     model = Transformer(config).eval()
     with torch.no_grad():
         model.logits_bias.normal_()
@@ -109,7 +119,9 @@ def test_int8_decoding_writes_the_logits_into_the_step_buffer():
         assert log_probs.data_ptr() == model.output_proj.logits.buffer.data_ptr()
         log_probs = log_probs.clone()  # the buffer is rewritten by the next product
         state = step.start(src)
-        logits = model.decode_step(torch.full((2, 1), model.config.bos_id), state.memory_kv, state.src_mask, state.caches)
+        logits = model.decode_step(
+            torch.full((2, 1), model.config.bos_id), state.memory_kv, state.src_mask, state.caches
+        )
         assert torch.equal(log_probs, logits.log_softmax(-1))
         hyps = beam_search(step, src, DecodeConfig(beam_size=3, max_len=8))
     assert len(hyps) == 2 and all(h and h[0].tokens for h in hyps)
@@ -145,8 +157,12 @@ def test_int8_loading_never_holds_the_float_vocabulary(tmp_path):
     holds the plain int8 rows and their packed copy together for a moment: two quarters of it."""
     config = ModelConfig.preset("tiny", vocab_size=320_000)  # an 82 MB float32 matrix, 20 MB in int8
     save_model(Transformer(config).eval(), tmp_path / "model")
-    done = subprocess.run([sys.executable, "-c", LOAD_AND_REPORT_PEAK, str(tmp_path / "model")],
-                          capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-c", LOAD_AND_REPORT_PEAK, str(tmp_path / "model")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr
     float_matrix = 320_000 * config.d_model * 4
     int8_copies = 2 if packed.available() else 1

@@ -29,8 +29,9 @@ from aiayn.recipe import SECTIONS, load_recipe
 
 from test_errors import model_dir, multi30k_lines, vocab  # noqa: F401  (module fixtures)
 
-PROPERTY = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow],
-                    derandomize=True, database=None)  # the same examples every run; nothing written
+PROPERTY = settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True, database=None
+)  # the same examples every run; nothing written
 SLOW_PROPERTY = settings(PROPERTY, max_examples=100)  # each example builds a model
 
 json_values = st.recursive(
@@ -48,16 +49,19 @@ def clear_error(err: Exception, *where: str) -> None:
 
 # -- safetensors headers ---------------------------------------------------------------------------------------
 
+
 def header_bytes(header: object, data: bytes, length: int | None = None) -> bytes:
     text = json.dumps(header).encode()
     return struct.pack("<Q", len(text) if length is None else length) + text + data
 
 
-tensor_entries = st.fixed_dictionaries({
-    "dtype": st.sampled_from([*DTYPES, "F8_E4M3", "x"]) | json_values,
-    "shape": st.lists(st.integers(-2, 6), max_size=3) | json_values,
-    "data_offsets": st.lists(st.integers(-4, 300), min_size=0, max_size=3) | json_values,
-})
+tensor_entries = st.fixed_dictionaries(
+    {
+        "dtype": st.sampled_from([*DTYPES, "F8_E4M3", "x"]) | json_values,
+        "shape": st.lists(st.integers(-2, 6), max_size=3) | json_values,
+        "data_offsets": st.lists(st.integers(-4, 300), min_size=0, max_size=3) | json_values,
+    }
+)
 headers = st.dictionaries(st.text(max_size=6), tensor_entries | json_values, max_size=4) | json_values
 safetensors_files = st.one_of(
     st.binary(max_size=300),  # random bytes
@@ -115,11 +119,19 @@ SMALL = ModelConfig.preset("tiny", vocab_size=120, n_layers=1, d_model=16, d_ff=
 configs = st.one_of(
     json_values,
     st.dictionaries(st.sampled_from(FIELDS), field_values, max_size=2).map(  # the real one, a field or two changed
-        lambda changes: {"format": "aiayn", "model": {**SMALL.to_dict(), **changes}}),
+        lambda changes: {"format": "aiayn", "model": {**SMALL.to_dict(), **changes}}
+    ),
     st.fixed_dictionaries({"format": st.just("aiayn"), "model": model_sections}),
-    st.fixed_dictionaries({"format": st.just("aiayn"), "model": model_sections,
-                           "decode": st.dictionaries(st.sampled_from(list(DecodeConfig.__dataclass_fields__)),
-                                                     field_values, max_size=3) | json_values}),
+    st.fixed_dictionaries(
+        {
+            "format": st.just("aiayn"),
+            "model": model_sections,
+            "decode": st.dictionaries(
+                st.sampled_from(list(DecodeConfig.__dataclass_fields__)), field_values, max_size=3
+            )
+            | json_values,
+        }
+    ),
 )
 
 
@@ -169,19 +181,31 @@ def test_any_config_json_bytes_load_or_are_refused(small_model_dir, content):
 # -- recipe YAML and overrides --------------------------------------------------------------------------------
 
 SECTION_FIELDS = {"model": ["preset", *FIELDS], **{s: list(c.__dataclass_fields__) for s, c in SECTIONS.items()}}
-recipe_values = st.one_of(st.integers(-3, 10_000), st.floats(-2, 2), st.sampled_from(["tiny", "none", "true", "x"]),
-                          json_values)
-sections = st.sampled_from([*SECTION_FIELDS, "other"]).flatmap(lambda s: st.tuples(st.just(s), st.dictionaries(
-    st.sampled_from(SECTION_FIELDS.get(s, ["x"])) | st.text(max_size=5), recipe_values, max_size=4)))
+recipe_values = st.one_of(
+    st.integers(-3, 10_000), st.floats(-2, 2), st.sampled_from(["tiny", "none", "true", "x"]), json_values
+)
+sections = st.sampled_from([*SECTION_FIELDS, "other"]).flatmap(
+    lambda s: st.tuples(
+        st.just(s),
+        st.dictionaries(st.sampled_from(SECTION_FIELDS.get(s, ["x"])) | st.text(max_size=5), recipe_values, max_size=4),
+    )
+)
 recipes = st.one_of(
     st.text(max_size=80),  # any text, mostly not YAML
     st.lists(sections, max_size=3).map(lambda items: yaml.safe_dump(dict(items))),  # YAML of any shape
 )
-overrides = st.lists(st.one_of(
-    st.text(max_size=20),
-    st.builds(lambda s, f, v: f"--{s}.{f}={v}", st.sampled_from([*SECTION_FIELDS, "x"]),
-              st.sampled_from(sum(SECTION_FIELDS.values(), [])), st.text(max_size=8) | recipe_values.map(str)),
-), max_size=3)
+overrides = st.lists(
+    st.one_of(
+        st.text(max_size=20),
+        st.builds(
+            lambda s, f, v: f"--{s}.{f}={v}",
+            st.sampled_from([*SECTION_FIELDS, "x"]),
+            st.sampled_from(sum(SECTION_FIELDS.values(), [])),
+            st.text(max_size=8) | recipe_values.map(str),
+        ),
+    ),
+    max_size=3,
+)
 
 
 @PROPERTY
@@ -212,13 +236,20 @@ def test_any_recipe_bytes_load_or_are_refused(content):
 
 # -- translation input bytes -----------------------------------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def translator(model_dir) -> Translator:  # noqa: F811
     return Translator.load(model_dir, beam_size=1, max_len=2)
 
 
-lines = st.lists(st.one_of(st.binary(max_size=12), st.text(max_size=12).map(str.encode),
-                           st.sampled_from([b"", b" ", b"\r", b"\t", b"\x00", b"\xff", "\u2028".encode()])), max_size=8)
+lines = st.lists(
+    st.one_of(
+        st.binary(max_size=12),
+        st.text(max_size=12).map(str.encode),
+        st.sampled_from([b"", b" ", b"\r", b"\t", b"\x00", b"\xff", "\u2028".encode()]),
+    ),
+    max_size=8,
+)
 
 
 @SLOW_PROPERTY

@@ -33,8 +33,17 @@ VAL = REPO.parent / "shared" / "data" / "multi30k" / "val"
 
 
 def train_args(out: Path, *extra: str) -> list[str]:
-    return ["train", str(REPO / "recipes" / "tiny.yaml"), "--out", str(out), f"--data.train={VAL}",
-            f"--data.valid={VAL}", "--train.max_steps=4", "--train.save_every=2", *extra]
+    return [
+        "train",
+        str(REPO / "recipes" / "tiny.yaml"),
+        "--out",
+        str(out),
+        f"--data.train={VAL}",
+        f"--data.valid={VAL}",
+        "--train.max_steps=4",
+        "--train.save_every=2",
+        *extra,
+    ]
 
 
 PROGRESS = re.compile(r"\d+%\|")  # tqdm's bar, shown before the failure
@@ -77,6 +86,7 @@ def copy_run(run: Path, to: Path) -> Path:
 
 # 1. convert --force replaces only what the converter writes; an output around the input is refused
 
+
 def test_convert_refuses_an_output_that_is_holds_or_lies_in_the_input(run, tmp_path, capsys):
     model = shutil.copytree(run / "model", tmp_path / "models" / "en-de")
     (tmp_path / "models" / "notes.txt").write_text("mine")
@@ -105,6 +115,7 @@ def test_convert_force_keeps_unrelated_files(run, tmp_path):
 
 # 2. nothing is unpickled with code: the training state is JSON + safetensors
 
+
 class Payload:
     def __init__(self, marker: Path):
         self.marker = marker
@@ -130,10 +141,20 @@ def test_an_old_plain_state_pt_is_still_read(run, tmp_path):
     state, optimizer = load_checkpoint(step)
     rng = state.rng[0]
     kind, keys, pos, has_gauss, cached = rng["numpy"]
-    old = {"step": state.step, "optimizer": optimizer, "data": state.data, "elapsed": state.elapsed,
-           "flops": state.flops, "tokens": state.tokens, "scaler": {},
-           "rng": {"torch": rng["torch"], "python": rng["python"],
-                   "numpy": [kind, torch.from_numpy(keys.astype("int64")), pos, has_gauss, cached]}}
+    old = {
+        "step": state.step,
+        "optimizer": optimizer,
+        "data": state.data,
+        "elapsed": state.elapsed,
+        "flops": state.flops,
+        "tokens": state.tokens,
+        "scaler": {},
+        "rng": {
+            "torch": rng["torch"],
+            "python": rng["python"],
+            "numpy": [kind, torch.from_numpy(keys.astype("int64")), pos, has_gauss, cached],
+        },
+    }
     torch.save(old, step / checkpoint.OLD_STATE)
     for name in (checkpoint.STATE, checkpoint.TENSORS):
         (step / name).unlink()
@@ -151,12 +172,25 @@ def test_train_state_round_trips_whole_with_every_ranks_rng(tmp_path):
     first = rng_state()
     torch.rand(5)
     second = rng_state()  # another rank's stream
-    state = TrainState(step=7, elapsed=1.5, flops=3e9, tokens=123, data={"epoch": 2, "index": 5},
-                       rng=[first, second], scaler={"scale": 1024.0, "_growth_tracker": 3})
+    state = TrainState(
+        step=7,
+        elapsed=1.5,
+        flops=3e9,
+        tokens=123,
+        data={"epoch": 2, "index": 5},
+        rng=[first, second],
+        scaler={"scale": 1024.0, "_growth_tracker": 3},
+    )
     save_checkpoint(tmp_path, model, None, optimizer.state_dict(), state, keep=0)
     back, optimizer_state = load_checkpoint(tmp_path / "step-7")
     assert (back.step, back.elapsed, back.flops, back.tokens, back.data, back.scaler) == (
-        7, 1.5, 3e9, 123, {"epoch": 2, "index": 5}, state.scaler)
+        7,
+        1.5,
+        3e9,
+        123,
+        {"epoch": 2, "index": 5},
+        state.scaler,
+    )
     for saved, loaded in zip([first, second], back.rng):
         assert torch.equal(saved["torch"], loaded["torch"]) and saved["python"] == loaded["python"]
         assert (saved["numpy"][1] == loaded["numpy"][1]).all()
@@ -168,6 +202,7 @@ def test_train_state_round_trips_whole_with_every_ranks_rng(tmp_path):
 
 
 # 3. kill -9 while the data cache is written: a half-written cache is detected and rebuilt
+
 
 def test_a_half_written_data_cache_is_rebuilt(tmp_path):
     corpus = EncodedCorpus([[5, 6, 2], [7, 2]], [[8, 2], [9, 9, 9, 2]], [1, 3])
@@ -187,8 +222,10 @@ def test_a_half_written_data_cache_is_rebuilt(tmp_path):
 
 # 4. a lock on --out
 
-HOLD = "import sys, time; from pathlib import Path; from aiayn.train.run_folder import lock; " \
-       "f = lock(Path(sys.argv[1])); print('held', flush=True); time.sleep(60)"
+HOLD = (
+    "import sys, time; from pathlib import Path; from aiayn.train.run_folder import lock; "
+    "f = lock(Path(sys.argv[1])); print('held', flush=True); time.sleep(60)"
+)
 
 
 def test_a_busy_run_folder_is_refused_and_a_stale_lock_does_not_block(run, tmp_path, capsys):
@@ -216,14 +253,23 @@ def test_out_that_is_a_file_or_under_one_is_one_clear_line(tmp_path, capsys):
 
 # 5. the user's recipe file is never written over
 
+
 def test_the_users_recipe_in_the_run_folder_is_not_written_over(tmp_path):
     out = tmp_path / "run"
     out.mkdir()
     recipe = out / "recipe.yaml"
     shutil.copyfile(REPO / "recipes" / "tiny.yaml", recipe)
     text = recipe.read_bytes()
-    argv = ["train", str(recipe), "--out", str(out), f"--data.train={VAL}", f"--data.valid={VAL}",
-            "--train.max_steps=2", "--train.save_every=2"]
+    argv = [
+        "train",
+        str(recipe),
+        "--out",
+        str(out),
+        f"--data.train={VAL}",
+        f"--data.valid={VAL}",
+        "--train.max_steps=2",
+        "--train.save_every=2",
+    ]
     assert main(argv) == 0
     assert main(argv[:-2] + ["--train.max_steps=3", "--train.save_every=3"]) == 0  # and on resume
     assert recipe.read_bytes() == text  # comments and all
@@ -232,20 +278,36 @@ def test_the_users_recipe_in_the_run_folder_is_not_written_over(tmp_path):
 
 # 6. a resume with a changed recipe: data, vocabulary and model refused by name; budgets may change
 
+
 def test_resume_refuses_changed_data_vocabulary_and_model_fields(run, tmp_path, capsys):
     out = copy_run(run, tmp_path / "run")
     before = snapshot(out)
-    refused(capsys, train_args(out, "--model.d_model=32", "--model.n_heads=2"), "model.d_model 64 -> 32", "model.n_heads")
+    refused(
+        capsys, train_args(out, "--model.d_model=32", "--model.n_heads=2"), "model.d_model 64 -> 32", "model.n_heads"
+    )
     refused(capsys, train_args(out, "--data.vocab_size=400"), "data.vocab_size 300 -> 400")
     refused(capsys, train_args(out, "--data.max_subwords=32"), "data.max_subwords")
     refused(capsys, train_args(out, "--train.batch_tokens=256"), "train.batch_tokens")
     assert snapshot(out) == before
-    assert main(train_args(out, "--train.max_steps=6", "--train.eval_every=3", "--train.log_every=1",
-                           "--train.keep_checkpoints=9", "--train.bleu_sentences=5", "--train.threads=1")) == 0
+    assert (
+        main(
+            train_args(
+                out,
+                "--train.max_steps=6",
+                "--train.eval_every=3",
+                "--train.log_every=1",
+                "--train.keep_checkpoints=9",
+                "--train.bleu_sentences=5",
+                "--train.threads=1",
+            )
+        )
+        == 0
+    )
     assert (out / "checkpoints" / "step-6").is_dir()
 
 
 # 7. a vocabulary is reused only in a run folder aiayn made, or when the recipe names it
+
 
 def test_out_at_a_model_directory_is_refused_and_a_named_vocabulary_is_used(run, tmp_path, capsys):
     model = shutil.copytree(run / "model", tmp_path / "opus-mt")
@@ -261,16 +323,20 @@ def test_out_at_a_model_directory_is_refused_and_a_named_vocabulary_is_used(run,
 
 # 8. translate -i same.txt -o same.txt
 
+
 def test_translate_refuses_output_onto_its_input(run, tmp_path, capsys):
     text = tmp_path / "same.txt"
     text.write_text("A man.\n")
     os.link(text, tmp_path / "hard-link.txt")
     for output in (text, tmp_path / "." / "same.txt", tmp_path / "hard-link.txt"):
-        refused(capsys, ["translate", "--model", str(run / "model"), "-i", str(text), "-o", str(output)], "-i", "same file")
+        refused(
+            capsys, ["translate", "--model", str(run / "model"), "-i", str(text), "-o", str(output)], "-i", "same file"
+        )
     assert text.read_text() == "A man.\n"
 
 
 # 9. disk full during a checkpoint
+
 
 def test_disk_full_during_a_checkpoint_keeps_the_earlier_ones(run, tmp_path, capsys, monkeypatch):
     out = copy_run(run, tmp_path / "run")
@@ -298,10 +364,12 @@ def test_disk_full_on_a_real_file_system_is_one_line_and_keeps_the_earlier_check
     checkpoint_bytes = sum(p.stat().st_size for p in (run / "checkpoints" / "step-4").rglob("*") if p.is_file())
     size_kb = (pages + checkpoint_bytes // 2) // 1024 + 64  # the run and half a checkpoint
     argv = " ".join(f"'{a}'" for a in [sys.executable, "-m", "aiayn", *train_args(mnt / "run", "--train.max_steps=6")])
-    script = (f"mount -t tmpfs -o size={size_kb}k tmpfs '{mnt}' || exit 97\n"
-              f"cp -a '{run}' '{mnt}/run' && rm -f '{mnt}/run/{run_folder.LOCK}' || exit 98\n"
-              f"{argv} 2> '{tmp_path}/err.txt'; echo $? > '{tmp_path}/rc.txt'\n"
-              f"cp -a '{mnt}/run/checkpoints' '{kept}'\n")
+    script = (
+        f"mount -t tmpfs -o size={size_kb}k tmpfs '{mnt}' || exit 97\n"
+        f"cp -a '{run}' '{mnt}/run' && rm -f '{mnt}/run/{run_folder.LOCK}' || exit 98\n"
+        f"{argv} 2> '{tmp_path}/err.txt'; echo $? > '{tmp_path}/rc.txt'\n"
+        f"cp -a '{mnt}/run/checkpoints' '{kept}'\n"
+    )
     done = subprocess.run(["unshare", "--mount", "sh", "-c", script], capture_output=True, text=True, timeout=600)
     if done.returncode == 97:
         pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
@@ -324,6 +392,7 @@ def test_average_never_writes_into_a_checkpoint_or_over_a_model_unasked(run, tmp
 
 
 # 10. what -o names is written as `> NAME` would write it, never replaced by something else (QA, 2026-12-05)
+
 
 def test_output_to_a_pipe_a_symlink_or_stdout_writes_there_and_replaces_nothing(run, tmp_path, capsys):
     import threading
@@ -352,8 +421,12 @@ def test_output_to_a_pipe_a_symlink_or_stdout_writes_there_and_replaces_nothing(
     log = tmp_path / "log.txt"  # `>> log.txt` with `-o /dev/stdout`: appended to, not renamed over
     log.write_text("earlier\n")
     with open(log, "a") as appended:
-        done = subprocess.run([sys.executable, "-m", "aiayn", *translate, "-o", "/dev/stdout"], stdout=appended,
-                              stderr=subprocess.PIPE, text=True)
+        done = subprocess.run(
+            [sys.executable, "-m", "aiayn", *translate, "-o", "/dev/stdout"],
+            stdout=appended,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
     assert done.returncode == 0, done.stderr
     assert log.read_text() == "earlier\n" + expected
     assert not list(tmp_path.glob(".*.tmp"))
@@ -363,7 +436,9 @@ def stat_kind(path: Path) -> str:
     import stat
 
     mode = path.lstat().st_mode
-    return "fifo" if stat.S_ISFIFO(mode) else "link" if stat.S_ISLNK(mode) else "file" if stat.S_ISREG(mode) else "other"
+    return (
+        "fifo" if stat.S_ISFIFO(mode) else "link" if stat.S_ISLNK(mode) else "file" if stat.S_ISREG(mode) else "other"
+    )
 
 
 def test_a_read_only_or_hard_linked_output_is_refused_and_left_as_it_was(run, tmp_path, capsys):
@@ -400,8 +475,19 @@ def test_sigterm_during_translate_removes_its_half_written_output(run, tmp_path)
     source = tmp_path / "in.txt"
     source.write_text("A man is riding a bike down the street.\n" * 3000)
     out = tmp_path / "out.txt"
-    command = [sys.executable, "-m", "aiayn", "translate", "--model", str(run / "model"), "-i", str(source),
-               "-o", str(out), "--quiet"]
+    command = [
+        sys.executable,
+        "-m",
+        "aiayn",
+        "translate",
+        "--model",
+        str(run / "model"),
+        "-i",
+        str(source),
+        "-o",
+        str(out),
+        "--quiet",
+    ]
     process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 120
     while not list(tmp_path.glob(".out.txt.*.tmp")):  # translating, into its temporary file
@@ -443,11 +529,18 @@ def test_average_refuses_others_files_mixed_models_and_damaged_checkpoints(run, 
     assert (mine / "config.json").read_text() == '{"my": "settings"}'
     other = copy_run(run, tmp_path / "other")
     (other / "model" / "spm.model").write_bytes((other / "model" / "spm.model").read_bytes() + b"\0")
-    refused(capsys, ["average", str(out / "model"), str(other / "model"), "--out", str(tmp_path / "a")],
-            "another vocabulary")
+    refused(
+        capsys,
+        ["average", str(out / "model"), str(other / "model"), "--out", str(tmp_path / "a")],
+        "another vocabulary",
+    )
     config = json_edit(other / "model" / "config.json", d_ff=16)
-    refused(capsys, ["average", str(out / "model"), str(other / "model"), "--out", str(tmp_path / "b")],
-            "another model configuration", "d_ff")
+    refused(
+        capsys,
+        ["average", str(out / "model"), str(other / "model"), "--out", str(tmp_path / "b")],
+        "another model configuration",
+        "d_ff",
+    )
     config.write_text((out / "model" / "config.json").read_text())
     weights = out / "checkpoints" / "step-4" / io.WEIGHTS
     weights.write_bytes(weights.read_bytes()[: weights.stat().st_size * 2 // 3])  # cut short
@@ -470,8 +563,16 @@ def test_a_start_that_failed_in_its_setup_takes_the_fix_its_error_asks_for(tmp_p
     Path(f"{data}.en").write_text("a man runs\ntwo dogs play\n" * 20)
     Path(f"{data}.de").write_text("ein mann rennt\nzwei hunde spielen\n" * 20)
     out = tmp_path / "run"
-    args = ["train", str(REPO / "recipes" / "tiny.yaml"), "--out", str(out), f"--data.train={data}",
-            f"--data.valid={data}", "--train.max_steps=2", "--train.save_every=2"]
+    args = [
+        "train",
+        str(REPO / "recipes" / "tiny.yaml"),
+        "--out",
+        str(out),
+        f"--data.train={data}",
+        f"--data.valid={data}",
+        "--train.max_steps=2",
+        "--train.save_every=2",
+    ]
     err = refused(capsys, args, "vocab_size")  # far more pieces than this text has
     assert (out / "run.json").is_file()  # the folder is aiayn's run folder from now on
     assert main([*args, "--data.vocab_size=30"]) == 0  # the fix: accepted, though the recipe changed
@@ -493,7 +594,9 @@ def test_a_signal_the_shell_ignores_stays_ignored_and_train_keeps_the_default(mo
     seen = {}
 
     def record(name):
-        return lambda args: seen.update({name: (signal.getsignal(signal.SIGHUP), signal.getsignal(signal.SIGTERM))}) or 0
+        return lambda args: (
+            seen.update({name: (signal.getsignal(signal.SIGHUP), signal.getsignal(signal.SIGTERM))}) or 0
+        )
 
     monkeypatch.setattr(info, "run", record("info"))
     monkeypatch.setattr(train_cli, "run", record("train"))

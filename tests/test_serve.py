@@ -62,8 +62,11 @@ def test_explain_attention_and_tree(url, model_dir, translator):
     config = translator.model.config
     S, T = len(e["source_tokens"]), len(e["target_tokens"])
     assert e["source_ids"] == translator.encode([source])[0] and len(e["target_in_tokens"]) == T
-    for kind, layers, shape in (("encoder", config.n_layers, (S, S)), ("decoder", config.decoder_layers, (T, T)),
-                                ("cross", config.decoder_layers, (T, S))):
+    for kind, layers, shape in (
+        ("encoder", config.n_layers, (S, S)),
+        ("decoder", config.decoder_layers, (T, T)),
+        ("cross", config.decoder_layers, (T, S)),
+    ):
         weights = torch.tensor(e["attention"][kind], dtype=torch.float64)  # (layers, h, T_q, T_k)
         assert weights.shape == (layers, config.n_heads, *shape)
         assert torch.allclose(weights.sum(-1), torch.ones((), dtype=torch.float64), atol=1e-4)
@@ -167,7 +170,9 @@ def test_what_another_site_could_send_is_refused(url):
     import urllib.request
 
     def send(headers: dict[str, str], body: bytes | None = b'{"lines": ["A dog."]}') -> tuple[int, dict]:
-        req = urllib.request.Request(f"{url}/api/translate" if body else f"{url}/api/health", data=body, headers=headers)
+        req = urllib.request.Request(
+            f"{url}/api/translate" if body else f"{url}/api/health", data=body, headers=headers
+        )
         try:
             with urllib.request.urlopen(req, timeout=60) as reply:
                 return reply.status, json.loads(reply.read())
@@ -227,7 +232,10 @@ class BlockingTranslator:
 
 def test_a_full_queue_answers_503_with_retry_after(model_dir, translator):
     blocking = BlockingTranslator(translator)
-    with serving(model_dir, Limits(max_queue=1, batch_window_ms=0), translator=blocking) as base, ThreadPoolExecutor(2) as pool:
+    with (
+        serving(model_dir, Limits(max_queue=1, batch_window_ms=0), translator=blocking) as base,
+        ThreadPoolExecutor(2) as pool,
+    ):
         first = pool.submit(request, f"{base}/api/translate", {"lines": ["A dog."]})
         assert blocking.entered.wait(30)  # the worker holds the first request
         second = pool.submit(request, f"{base}/api/translate", {"lines": ["A cat."]})
@@ -267,33 +275,50 @@ def test_requests_set_aside_by_a_batching_window_never_overflow_the_queue_or_sto
 def test_model_and_figures(url):
     status, _, m = request(f"{url}/api/model")
     assert status == 200 and (m["source_lang"], m["target_lang"]) == ("en", "de")
-    assert m["vocab_size"] == 200 and m["encoder"] == {"layers": 2, "heads": 4, "d_k": 16, "d_v": 16, "d_ff": 256} and m["parameters"] > 0
+    assert (
+        m["vocab_size"] == 200
+        and m["encoder"] == {"layers": 2, "heads": 4, "d_k": 16, "d_v": 16, "d_ff": 256}
+        and m["parameters"] > 0
+    )
     _, _, f = request(f"{url}/api/figures/softmax?d_k=100&raw_scale=1.5&scaled=false")
     assert f["scores"] == pytest.approx([15.0, 7.5, 0.0])
     expected = [math.exp(s) / sum(math.exp(x) for x in f["scores"]) for s in f["scores"]]
     assert f["weights"] == pytest.approx(expected, rel=1e-9)
     assert f["jacobian_norm"] == pytest.approx(softmax.jacobian_norm(softmax.softmax(f["scores"])))
-    assert request(f"{url}/api/figures/softmax?d_k=0")[0::2] == (422, {"error": "d_k = 0 is out of range: 1 to 4096",
-                                                                      "field": "d_k"})
+    assert request(f"{url}/api/figures/softmax?d_k=0")[0::2] == (
+        422,
+        {"error": "d_k = 0 is out of range: 1 to 4096", "field": "d_k"},
+    )
     assert request(f"{url}/api/figures/softmax?d_k=100&raw_scale=1.5&scaled=No")[2] == f  # any case, yes/no too
     assert request(f"{url}/api/figures/softmax?scaled=False")[2] != request(f"{url}/api/figures/softmax?scaled=TRUE")[2]
     assert request(f"{url}/api/figures/softmax?scaled=maybe")[0::2] == (
-        422, {"error": "scaled must be true or false, not 'maybe'", "field": "scaled"})
+        422,
+        {"error": "scaled must be true or false, not 'maybe'", "field": "scaled"},
+    )
     _, _, pe = request(f"{url}/api/figures/positions?length=20")
     assert pe["layout"] == "interleaved" and len(pe["values"]) == 20 and len(pe["values"][0]) == 64
     assert pe["values"][7][11] == pytest.approx(math.cos(7 / 10000 ** (10 / 64)), abs=1e-6)
     _, _, c = request(f"{url}/api/figures/cost")
     assert [tuple(r.values()) for r in c["table2"]] == [tuple(r) for r in cost.TABLE2]
-    assert c["runs"] == [{"run": "tiny", "bleu": RUN_RESULTS["test_bleu"], "flops": RUN_RESULTS["matmul_flops"],
-                          "test": RUN_RESULTS["test"], "this_model": True}]
+    assert c["runs"] == [
+        {
+            "run": "tiny",
+            "bleu": RUN_RESULTS["test_bleu"],
+            "flops": RUN_RESULTS["matmul_flops"],
+            "test": RUN_RESULTS["test"],
+            "this_model": True,
+        }
+    ]
 
 
 def test_an_unreadable_results_file_beside_the_model_is_skipped_with_its_reason(url, model_dir):
     runs = model_dir.parent.parent
-    bad = {"nan-test": '{"test_bleu": 20.0, "matmul_flops": 1e15, "test": NaN}',
-           "nan-bleu": '{"test_bleu": NaN, "matmul_flops": 1e15, "test": "t"}',
-           "list-test": '{"test_bleu": 20.0, "matmul_flops": 1e15, "test": [Infinity]}',
-           "not-an-object": "[1, 2]"}
+    bad = {
+        "nan-test": '{"test_bleu": 20.0, "matmul_flops": 1e15, "test": NaN}',
+        "nan-bleu": '{"test_bleu": NaN, "matmul_flops": 1e15, "test": "t"}',
+        "list-test": '{"test_bleu": 20.0, "matmul_flops": 1e15, "test": [Infinity]}',
+        "not-an-object": "[1, 2]",
+    }
     try:
         for name, text in bad.items():
             (runs / name).mkdir()
@@ -308,19 +333,23 @@ def test_an_unreadable_results_file_beside_the_model_is_skipped_with_its_reason(
 
 
 def test_serve_command_rejects_bad_limits(model_dir, capsys):
-    for flags, message in [(["--max-lines", "0"], "argument --max-lines: must be at least 1, got 0"),
-                           (["--batch-window-ms", "nan"], "argument --batch-window-ms: must be a finite number"),
-                           (["--batch-window-ms", "inf"], "argument --batch-window-ms: must be a finite number"),
-                           (["--max-alpha", "nan"], "argument --max-alpha: must be a finite number"),
-                           (["--port", "70000"], "argument --port: must be at least 0 and at most 65535, got 70000")]:
+    for flags, message in [
+        (["--max-lines", "0"], "argument --max-lines: must be at least 1, got 0"),
+        (["--batch-window-ms", "nan"], "argument --batch-window-ms: must be a finite number"),
+        (["--batch-window-ms", "inf"], "argument --batch-window-ms: must be a finite number"),
+        (["--max-alpha", "nan"], "argument --max-alpha: must be a finite number"),
+        (["--port", "70000"], "argument --port: must be at least 0 and at most 65535, got 70000"),
+    ]:
         with pytest.raises(SystemExit) as exit_:  # as the options are read: before the model loads
             main(["serve", "--model", str(model_dir), *flags])
         assert exit_.value.code == 2 and message in capsys.readouterr().err
     with pytest.raises(ValueError, match="--batch-window-ms must be a finite number"):
         Limits(batch_window_ms=float("nan"))  # the library's app is held to the same ranges
-    for flags, message in [(["--beam-size", "40"], "--beam-size 40 is out of range: 1 to --max-beam (16)"),
-                           (["--beam-size", "8", "--max-beam", "6"], "--beam-size 8 is out of range: 1 to --max-beam (6)"),
-                           (["--alpha", "6"], "--alpha 6.0 is out of range: 0 to --max-alpha (5.0)")]:
+    for flags, message in [
+        (["--beam-size", "40"], "--beam-size 40 is out of range: 1 to --max-beam (16)"),
+        (["--beam-size", "8", "--max-beam", "6"], "--beam-size 8 is out of range: 1 to --max-beam (6)"),
+        (["--alpha", "6"], "--alpha 6.0 is out of range: 0 to --max-alpha (5.0)"),
+    ]:
         assert main(["serve", "--model", str(model_dir), *flags]) == 2
         err = capsys.readouterr().err
         assert err.strip() == f"aiayn serve: error: {message}" and "Traceback" not in err
@@ -394,14 +423,33 @@ def test_idle_connections_never_take_the_server_down(model_dir, tmp_path):
         resource.setrlimit(resource.RLIMIT_NOFILE, (256, 256))
 
     with open(log_path, "wb") as log:
-        server = subprocess.Popen([sys.executable, "-m", "aiayn", "serve", "--model", str(model_dir), "--port", str(port),
-                                   "--header-timeout-s", "1", "--gemm", "mkl"], stdout=log, stderr=subprocess.STDOUT,
-                                  preexec_fn=low_file_limit)
+        server = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "aiayn",
+                "serve",
+                "--model",
+                str(model_dir),
+                "--port",
+                str(port),
+                "--header-timeout-s",
+                "1",
+                "--gemm",
+                "mkl",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            preexec_fn=low_file_limit,
+        )
     base, idle = f"http://127.0.0.1:{port}", []
 
     def translate(timeout: float) -> int:
-        req = urllib.request.Request(f"{base}/api/translate", data=json.dumps({"lines": ["A dog."]}).encode(),
-                                     headers={"Content-Type": "application/json"})
+        req = urllib.request.Request(
+            f"{base}/api/translate",
+            data=json.dumps({"lines": ["A dog."]}).encode(),
+            headers={"Content-Type": "application/json"},
+        )
         try:
             with urllib.request.urlopen(req, timeout=timeout) as reply:
                 return reply.status

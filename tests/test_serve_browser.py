@@ -20,13 +20,22 @@ from serve_helpers import make_run, request, serving
 from test_translate import data_dir  # noqa: F401  (a fixture)
 
 CHROMIUM = os.environ.get("AIAYN_CHROMIUM", "/usr/bin/chromium")
-ARGS = ["--no-sandbox", "--headless", "--disable-gpu", "--disable-background-networking",
-        "--disable-component-update", "--no-first-run"]
+ARGS = [
+    "--no-sandbox",
+    "--headless",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--no-first-run",
+]
 ARTIFACTS = Path(__file__).resolve().parent / "artifacts"
 
 if not shutil.which(CHROMIUM):
-    pytest.skip(f"no Chromium at {CHROMIUM}: install it with `apt-get update && apt-get install -y chromium` "
-                "(as root; .ci/run does this) to run the browser tests", allow_module_level=True)
+    pytest.skip(
+        f"no Chromium at {CHROMIUM}: install it with `apt-get update && apt-get install -y chromium` "
+        "(as root; .ci/run does this) to run the browser tests",
+        allow_module_level=True,
+    )
 sync_api = pytest.importorskip("playwright.sync_api", reason="pip install playwright (no `playwright install`)")
 
 
@@ -55,8 +64,20 @@ def by_id(name: str) -> str:
 
 
 def test_page_loads_without_console_errors_and_translates(page, url):
-    for name in ("source", "translate", "translation", "attention", "beam-tree", "softmax-dk", "softmax-scale",
-                 "softmax-toggle", "softmax-weights", "pe-heatmap", "pe-readout", "bleu-flops"):
+    for name in (
+        "source",
+        "translate",
+        "translation",
+        "attention",
+        "beam-tree",
+        "softmax-dk",
+        "softmax-scale",
+        "softmax-toggle",
+        "softmax-weights",
+        "pe-heatmap",
+        "pe-readout",
+        "bleu-flops",
+    ):
         assert page.locator(by_id(name)).count() == 1, name
     line = "A girl is jumping over a fence."
     page.fill(by_id("source"), line)
@@ -101,8 +122,14 @@ def test_an_empty_or_refused_input_leaves_nothing_of_the_last_sentence(page):
 
     def shows_nothing() -> None:
         assert page.inner_text(by_id("translation")) == "" and page.locator(f"{by_id('n-best-list')} li").count() == 0
-        assert page.locator(f"{by_id('beam-tree')} svg").count() == 0 and page.locator(f"{by_id('attention')} svg").count() == 0
-        assert page.locator(f"{by_id('beam-tree')} .empty").count() == 1 and page.locator(by_id("forced-token")).count() == 0
+        assert (
+            page.locator(f"{by_id('beam-tree')} svg").count() == 0
+            and page.locator(f"{by_id('attention')} svg").count() == 0
+        )
+        assert (
+            page.locator(f"{by_id('beam-tree')} .empty").count() == 1
+            and page.locator(by_id("forced-token")).count() == 0
+        )
         assert page.inner_text(by_id("forced-info")) == ""
 
     page.fill(by_id("source"), "")
@@ -138,13 +165,16 @@ def softmax_weights(page, d_k: int, scale: float, scaled: bool) -> list[float]:
     box = page.locator(by_id("softmax-weights"))
     for name, value in (("softmax-dk", d_k), ("softmax-scale", scale)):
         page.locator(by_id(name)).evaluate(
-            "(e, v) => { e.value = v; e.dispatchEvent(new Event('input')); }", str(value))
+            "(e, v) => { e.value = v; e.dispatchEvent(new Event('input')); }", str(value)
+        )
     toggle = page.locator(by_id("softmax-toggle"))
     if toggle.is_checked() != scaled:
         toggle.click()
-    page.wait_for_function("([d, s, on]) => { const b = document.querySelector('[data-testid=softmax-weights]');"
-                           " return b.dataset.dk == d && b.dataset.scale == s && b.dataset.scaled == String(on); }",
-                           arg=[d_k, scale, scaled])
+    page.wait_for_function(
+        "([d, s, on]) => { const b = document.querySelector('[data-testid=softmax-weights]');"
+        " return b.dataset.dk == d && b.dataset.scale == s && b.dataset.scaled == String(on); }",
+        arg=[d_k, scale, scaled],
+    )
     shown = [float(t.rstrip("%")) / 100 for t in page.locator(by_id("softmax-weight")).all_inner_texts()]
     exact = json.loads(box.get_attribute("data-weights"))
     assert shown == pytest.approx(exact, abs=5e-5)
@@ -162,7 +192,8 @@ def test_softmax_widget_follows_the_formula(page):
 
 def test_chart_points_are_table2_and_the_run(page):
     points = page.locator(f"{by_id('bleu-flops')} {by_id('bleu-point')}").evaluate_all(
-        "cs => cs.map(c => [c.dataset.model, c.dataset.series, Number(c.dataset.flops), Number(c.dataset.bleu)])")
+        "cs => cs.map(c => [c.dataset.model, c.dataset.series, Number(c.dataset.flops), Number(c.dataset.bleu)])"
+    )
     expected = [[r.model, "en-de", r.flops_en_de, r.bleu_en_de] for r in cost.TABLE2 if r.flops_en_de and r.bleu_en_de]
     expected += [[r.model, "en-fr", r.flops_en_fr, r.bleu_en_fr] for r in cost.TABLE2 if r.flops_en_fr and r.bleu_en_fr]
     table = sorted(p for p in points if p[1] != "run")

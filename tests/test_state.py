@@ -33,10 +33,13 @@ def test_a_used_up_state_raises_instead_of_reading_garbage():
     assert log_probs.shape == (2, 30) and fourth.length == 2 and fourth.rows == 2
 
 
-@pytest.mark.parametrize("sizes", [
-    dict(d_k=8, d_v=24),  # Table 3 row (B) shrinks d_k; d_v may differ from it
-    dict(n_heads=2, n_decoder_heads=8, d_decoder_ff=96, n_decoder_layers=3),  # a Marian configuration may
-])
+@pytest.mark.parametrize(
+    "sizes",
+    [
+        dict(d_k=8, d_v=24),  # Table 3 row (B) shrinks d_k; d_v may differ from it
+        dict(n_heads=2, n_decoder_heads=8, d_decoder_ff=96, n_decoder_layers=3),  # a Marian configuration may
+    ],
+)
 def test_other_head_and_stack_sizes_decode_as_they_are_trained(sizes):
     config = ModelConfig.preset("tiny", vocab_size=40, **sizes)
     model = Transformer(config).eval()
@@ -87,15 +90,20 @@ step.start(src)  # warm-up: the code and the model's pages are in
 torch.empty(16 << 20, dtype=torch.uint8).fill_(1)  # freed: glibc's mmap threshold rises to 16 MiB
 """
 
-HEAP_AFTER_A_BATCH = HEAP_SETUP + r"""
+HEAP_AFTER_A_BATCH = (
+    HEAP_SETUP
+    + r"""
 blocks = [torch.empty(1 << 20, dtype=torch.uint8).fill_(1) for _ in range(128)]  # a batch's buffers, in the heap
 del blocks[::2]  # 64 MiB freed between blocks still held: holes in the heap's middle, which glibc keeps
 held = resident()
 step.start(src)
 print(held - resident())
 """
+)
 
-HEAP_AFTER_THE_ENCODER = HEAP_SETUP + r"""
+HEAP_AFTER_THE_ENCODER = (
+    HEAP_SETUP
+    + r"""
 kept, encode = [], step.encode_by_length
 
 def encode_with_holes(src):  # activations freed between buffers that live on through the batch
@@ -108,6 +116,7 @@ step.encode_by_length = encode_with_holes
 step.start(src)
 print(resident() - before)  # 64 MiB kept; another 64 if the freed holes stayed
 """
+)
 
 
 def resident_change(script: str) -> float:

@@ -27,11 +27,14 @@ REPO = Path(__file__).resolve().parents[1]
 VAL = REPO.parent / "shared" / "data" / "multi30k" / "val"
 
 
-@pytest.mark.parametrize("step, expected", [
-    (1, 512**-0.5 * 1 * 4000**-1.5),  # warm-up: linear in the step
-    (4000, 512**-0.5 * 4000**-0.5),  # the peak, where both terms meet
-    (100_000, 512**-0.5 * 100_000**-0.5),  # inverse square root decay
-])
+@pytest.mark.parametrize(
+    "step, expected",
+    [
+        (1, 512**-0.5 * 1 * 4000**-1.5),  # warm-up: linear in the step
+        (4000, 512**-0.5 * 4000**-0.5),  # the peak, where both terms meet
+        (100_000, 512**-0.5 * 100_000**-0.5),  # inverse square root decay
+    ],
+)
 def test_eq3_values(step, expected):
     assert rate(step, 512, 4000) == pytest.approx(expected, rel=1e-12)
     assert rate(step, 512, 4000, factor=2.0) == pytest.approx(2 * expected, rel=1e-12)
@@ -67,8 +70,8 @@ def test_smoothed_loss_equals_torch_cross_entropy():
     assert n == int((target != 0).sum())
     torch.testing.assert_close(loss, ref)
     torch.testing.assert_close(nll, ref_nll)
-    g, = torch.autograd.grad(loss, logits)
-    g_ref, = torch.autograd.grad(ref, logits)
+    (g,) = torch.autograd.grad(loss, logits)
+    (g_ref,) = torch.autograd.grad(ref, logits)
     torch.testing.assert_close(g, g_ref)
 
 
@@ -82,15 +85,16 @@ def test_smoothed_loss_in_row_chunks_equals_one_piece(monkeypatch, dtype):
     logits = (3 * torch.randn(4, 7, 50)).to(dtype).requires_grad_()
     target = torch.randint(1, 50, (4, 7))
     target[2, 4:] = 0
-    ref = F.cross_entropy(logits.float().flatten(0, 1), target.flatten(), ignore_index=0, label_smoothing=0.1,
-                          reduction="sum")
-    g_ref, = torch.autograd.grad(ref, logits)
+    ref = F.cross_entropy(
+        logits.float().flatten(0, 1), target.flatten(), ignore_index=0, label_smoothing=0.1, reduction="sum"
+    )
+    (g_ref,) = torch.autograd.grad(ref, logits)
     whole, _, _ = label_smoothed_nll(logits, target, 0.1, pad_id=0)
-    g_whole, = torch.autograd.grad(whole, logits)
+    (g_whole,) = torch.autograd.grad(whole, logits)
     monkeypatch.setattr(loss_module, "CHUNK_BYTES", 4 * 50 * 3)
     assert len(loss_module.row_chunks(logits.flatten(0, 1))) == 10
     chunked, _, _ = label_smoothed_nll(logits, target, 0.1, pad_id=0)
-    g_chunked, = torch.autograd.grad(chunked, logits)
+    (g_chunked,) = torch.autograd.grad(chunked, logits)
     assert chunked.item() == whole.item() and torch.equal(g_chunked, g_whole)
     assert g_chunked.dtype == dtype
     torch.testing.assert_close(chunked, ref)
@@ -152,8 +156,9 @@ def test_projected_loss_in_bf16_is_as_close_to_float32_as_autocast_was():
 
 def test_forward_without_the_projection_returns_the_decoder_output():
     torch.manual_seed(0)
-    model = Transformer(ModelConfig(vocab_size=40, d_model=16, d_ff=32, n_heads=2, n_layers=1, max_len=32,
-                                    final_logits_bias=True)).eval()
+    model = Transformer(
+        ModelConfig(vocab_size=40, d_model=16, d_ff=32, n_heads=2, n_layers=1, max_len=32, final_logits_bias=True)
+    ).eval()
     src, tgt = torch.randint(4, 40, (2, 6)), torch.randint(4, 40, (2, 5))
     hidden = model(src, tgt, project=False)
     assert hidden.shape == (2, 5, 16)
@@ -172,8 +177,10 @@ def test_projected_loss_refuses_a_table_written_over_before_its_backward():
 
 
 def test_recipe_overrides_are_type_checked(tmp_path):
-    recipe = load_recipe(REPO / "recipes" / "multi30k-en-de.yaml",
-                         ["--train.max_steps=7", "--model.d_model=128", "--train.bf16=true", "--train.lr_factor=1e-3"])
+    recipe = load_recipe(
+        REPO / "recipes" / "multi30k-en-de.yaml",
+        ["--train.max_steps=7", "--model.d_model=128", "--train.bf16=true", "--train.lr_factor=1e-3"],
+    )
     assert recipe.train.max_steps == 7 and recipe.train.bf16 is True and recipe.train.lr_factor == 1e-3
     assert recipe.model_config(100).d_model == 128 and recipe.model_config(100).n_layers == 3
     with pytest.raises(ValueError, match="expected int"):
@@ -213,14 +220,21 @@ def test_paper_recipes_have_the_papers_settings():
     base = load_recipe(REPO / "recipes" / "wmt14-en-de-base.yaml")
     big = load_recipe(REPO / "recipes" / "wmt14-en-de-big.yaml")
     assert (base.train.warmup_steps, base.train.max_steps, base.train.lr_factor) == (4000, 100_000, 1.0)
-    assert (base.train.beta1, base.train.beta2, base.train.adam_eps, base.train.label_smoothing) == (0.9, 0.98, 1e-9, 0.1)
-    assert base.model_config(37000) == ModelConfig.preset("base", vocab_size=37000, max_len=base.model_config(37000).max_len,
-                                                          src_lang="en", tgt_lang="de")  # the data's languages
+    assert (base.train.beta1, base.train.beta2, base.train.adam_eps, base.train.label_smoothing) == (
+        0.9,
+        0.98,
+        1e-9,
+        0.1,
+    )
+    assert base.model_config(37000) == ModelConfig.preset(
+        "base", vocab_size=37000, max_len=base.model_config(37000).max_len, src_lang="en", tgt_lang="de"
+    )  # the data's languages
     assert big.model_config(37000).d_model == 1024 and big.model_config(37000).p_drop == 0.3
     assert big.train.max_steps == 300_000 and big.train.average_last == 20 and base.train.average_last == 5
     en_fr = load_recipe(REPO / "recipes" / "wmt14-en-fr-big.yaml")  # §6.1: big, P_drop 0.1; §5.1: 32,000 pieces
-    assert en_fr.model_config(32000) == ModelConfig.preset("big", vocab_size=32000, p_drop=0.1, src_lang="en",
-                                                           tgt_lang="fr", max_len=en_fr.model_config(32000).max_len)
+    assert en_fr.model_config(32000) == ModelConfig.preset(
+        "big", vocab_size=32000, p_drop=0.1, src_lang="en", tgt_lang="fr", max_len=en_fr.model_config(32000).max_len
+    )
     assert (en_fr.data.tgt_lang, en_fr.data.vocab_size, en_fr.train.max_steps) == ("fr", 32000, 300_000)
     assert dataclasses.asdict(en_fr.train) == dataclasses.asdict(big.train)  # training as En-De big's
 
@@ -242,7 +256,9 @@ def test_weight_decay_shrinks_the_matrices_alone_and_is_off_by_default():
     for name, p in model.named_parameters():
         expected = before[name] * (1 - 0.1 * 0.5) if p.dim() >= 2 else before[name]
         torch.testing.assert_close(p.detach(), expected, rtol=1e-6, atol=1e-7, msg=name)
-    assert any(p.dim() < 2 and p.abs().sum() > 0 for p in model.parameters())  # biases and gains were there to leave alone
+    assert any(
+        p.dim() < 2 and p.abs().sum() > 0 for p in model.parameters()
+    )  # biases and gains were there to leave alone
 
 
 def test_a_resume_takes_the_recipes_optimizer_settings_and_may_not_switch_weight_decay(tmp_path):
@@ -283,8 +299,9 @@ def test_average_is_the_elementwise_mean(tmp_path):
     for name, value in averaged.items():
         expected = torch.stack([m[name].double() for m in models]).mean(0).float()
         torch.testing.assert_close(value, expected, rtol=0, atol=0)
-    assert set(load_file(str(tmp_path / "avg" / "model.safetensors"))) == set(load_file(str(dirs[0] / "model.safetensors")))
-
+    assert set(load_file(str(tmp_path / "avg" / "model.safetensors"))) == set(
+        load_file(str(dirs[0] / "model.safetensors"))
+    )
 
 
 def test_average_leaves_out_a_checkpoint_saved_just_before_the_stop(tmp_path):
@@ -322,9 +339,18 @@ def tiny_recipe(*overrides: str):
 
 
 def test_a_run_averages_the_share_of_its_steps_that_average_share_asks(tmp_path):
-    results = train(tiny_recipe("--train.max_steps=20", "--train.eval_every=0", "--train.save_every=4",
-                                "--train.keep_checkpoints=10", "--train.average_last=2", "--train.average_share=0.6"),
-                    tmp_path, log=lambda _: None)
+    results = train(
+        tiny_recipe(
+            "--train.max_steps=20",
+            "--train.eval_every=0",
+            "--train.save_every=4",
+            "--train.keep_checkpoints=10",
+            "--train.average_last=2",
+            "--train.average_share=0.6",
+        ),
+        tmp_path,
+        log=lambda _: None,
+    )
     assert results["averaged"] == ["step-12", "step-16", "step-20"]  # 12 of 20 steps: 12 / 4 = 3 checkpoints
 
 
@@ -337,19 +363,29 @@ def test_model_files_get_the_permissions_open_gives(tmp_path, monkeypatch):
     monkeypatch.setattr(aiayn.files, "UMASK", 0o022)
     expected = 0o644
     out = tmp_path / "run"
-    train(tiny_recipe("--train.max_steps=2", "--train.eval_every=0", "--train.save_every=1", "--data.test="), out,
-          log=lambda _: None)
+    train(
+        tiny_recipe("--train.max_steps=2", "--train.eval_every=0", "--train.save_every=1", "--data.test="),
+        out,
+        log=lambda _: None,
+    )
     assert cli_main(["average", str(out), "--last", "2", "--out", str(tmp_path / "avg")]) == 0
     assert cli_main(["convert", str(out / "model"), str(tmp_path / "marian"), "--to", "marian"]) == 0
-    written = [out / "model" / "model.safetensors", *(out / "checkpoints" / "step-2").glob("*.safetensors"),
-               tmp_path / "avg" / "model.safetensors", tmp_path / "marian" / "model.safetensors"]
-    assert len(written) == 5 and {p: stat.S_IMODE(p.stat().st_mode) for p in written} == dict.fromkeys(written, expected)
+    written = [
+        out / "model" / "model.safetensors",
+        *(out / "checkpoints" / "step-2").glob("*.safetensors"),
+        tmp_path / "avg" / "model.safetensors",
+        tmp_path / "marian" / "model.safetensors",
+    ]
+    assert len(written) == 5 and {p: stat.S_IMODE(p.stat().st_mode) for p in written} == dict.fromkeys(
+        written, expected
+    )
     assert stat.S_IMODE((out / "model" / "config.json").stat().st_mode) == expected
 
 
 def test_tiny_run_learns_and_writes_a_model_directory(tmp_path):
-    results = train(tiny_recipe("--train.max_steps=40", "--train.eval_every=40", "--train.alpha=0.9"), tmp_path,
-                    log=lambda _: None)
+    results = train(
+        tiny_recipe("--train.max_steps=40", "--train.eval_every=40", "--train.alpha=0.9"), tmp_path, log=lambda _: None
+    )
     assert results["steps"] == 40
     assert {p.name for p in (tmp_path / "checkpoints").iterdir()} == {"step-20", "step-40"}
     model = load_model(tmp_path / "model")
@@ -367,6 +403,7 @@ def test_tiny_run_learns_and_writes_a_model_directory(tmp_path):
 
     valid = load_split(tiny_recipe(), str(VAL), vocab, tmp_path / "data" / "valid.pt", lambda _: None)
     from aiayn.data.batching import collate
+
     batch = collate(valid.src[:64], valid.tgt[:64], 0, 1)
     torch.manual_seed(1)  # the recipe's seed: the untrained model the run started from
     untrained = Transformer(model.config)
@@ -385,8 +422,11 @@ def test_init_from_an_aiayn_directory_keeps_its_config_and_vocabulary(tmp_path):
     train(recipe, second, init=first / "model", log=said.append)
     assert load_model(second / "model").config == load_model(first / "model").config  # not the recipe's
     d_model = load_model(first / "model").config.d_model
-    assert any(line.startswith(f"--init {first / 'model'}: the model is init's; the recipe's model fields") and
-               f"d_model 32 (init's: {d_model})" in line for line in said)  # said, not silently dropped
+    assert any(
+        line.startswith(f"--init {first / 'model'}: the model is init's; the recipe's model fields")
+        and f"d_model 32 (init's: {d_model})" in line
+        for line in said
+    )  # said, not silently dropped
     assert (second / "model" / "spm.model").read_bytes() == (first / "spm.model").read_bytes()
     assert not (second / "spm.model").exists()  # no vocabulary trained
 

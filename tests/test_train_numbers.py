@@ -34,8 +34,9 @@ def _restore_threads():
 def train_lengths(recipe: Path, out: Path) -> tuple[list[int], list[int]]:
     """Subword lengths of the run's encoded training pairs (its cache, checked and read back)."""
     r = load_recipe(recipe)
-    corpus = loop.load_split(r, r.data.train, Vocab.load(out / "spm.model"), out / "data" / "train.safetensors",
-                             lambda _: None)
+    corpus = loop.load_split(
+        r, r.data.train, Vocab.load(out / "spm.model"), out / "data" / "train.safetensors", lambda _: None
+    )
     return [len(s) for s in corpus.src], [len(t) for t in corpus.tgt]
 
 
@@ -66,8 +67,10 @@ def test_two_ranks_log_the_loss_of_all_ranks(tmp_path):
     src, tgt = train_lengths(recipe, one)
     stream = BatchStream(src, tgt, 512, seed=1)
     steps = [[stream.next() for _ in range(2)] for _ in range(STEPS)]
-    real = {name: [sum(lens[i] for batch in step for i in batch) for step in steps]
-            for name, lens in (("src_tokens", src), ("tgt_tokens", tgt))}
+    real = {
+        name: [sum(lens[i] for batch in step for i in batch) for step in steps]
+        for name, lens in (("src_tokens", src), ("tgt_tokens", tgt))
+    }
     for name, expected in real.items():
         assert logged(two, name) == logged(one, name) == expected, name
     assert all(0.9 * 1024 <= max(s, t) <= 1024 for s, t in zip(real["src_tokens"], real["tgt_tokens"])), real
@@ -78,8 +81,13 @@ def test_max_epochs_stops_at_the_end_of_the_epoch_and_results_have_both_bleus(tm
     test = {lang: read_lines(f"{DATA / 'multi30k' / 'test_2016_flickr'}.{lang}.gz")[:20] for lang in ("en", "de")}
     for lang, lines in test.items():
         (tmp_path / f"test.{lang}").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    overrides = ["--train.max_epochs=1", "--train.effective_batch_tokens=0", "--train.max_steps=100000",
-                 "--train.save_every=0", f"--data.test={tmp_path / 'test'}"]  # one batch a step; one checkpoint
+    overrides = [
+        "--train.max_epochs=1",
+        "--train.effective_batch_tokens=0",
+        "--train.max_steps=100000",
+        "--train.save_every=0",
+        f"--data.test={tmp_path / 'test'}",
+    ]  # one batch a step; one checkpoint
     out = tmp_path / "run"
     results = loop.train(load_recipe(recipe, overrides), out, log=lambda _: None)
     per_epoch = len(BatchStream(*train_lengths(recipe, out), 512, seed=1))
@@ -94,13 +102,16 @@ def test_max_epochs_stops_at_the_end_of_the_epoch_and_results_have_both_bleus(tm
     assert (results["test_tokenized_bleu"], results["tokenized_signature"]) == (tokenized.score, tokenized.signature)
 
 
-@pytest.mark.parametrize("limits, step, seconds, epochs, expected", [
-    (dict(max_minutes=60), 10, 600.0, 0.5, (600.0, 3600, "s")),  # a time-limited run counts its seconds
-    (dict(max_minutes=60, max_steps=50), 40, 600.0, 0.5, (40, 50, "steps")),  # ... unless max_steps is nearer
-    (dict(max_minutes=60, max_epochs=2), 10, 600.0, 1.5, (1.5, 2, "epochs")),  # ... or max_epochs
-    (dict(), 10, 600.0, 0.5, (10, 100_000, "steps")),
-    (dict(max_minutes=60, max_epochs=2), 0, 0.0, 0.0, (0.0, 3600, "s")),  # at the start, time first
-])
+@pytest.mark.parametrize(
+    "limits, step, seconds, epochs, expected",
+    [
+        (dict(max_minutes=60), 10, 600.0, 0.5, (600.0, 3600, "s")),  # a time-limited run counts its seconds
+        (dict(max_minutes=60, max_steps=50), 40, 600.0, 0.5, (40, 50, "steps")),  # ... unless max_steps is nearer
+        (dict(max_minutes=60, max_epochs=2), 10, 600.0, 1.5, (1.5, 2, "epochs")),  # ... or max_epochs
+        (dict(), 10, 600.0, 0.5, (10, 100_000, "steps")),
+        (dict(max_minutes=60, max_epochs=2), 0, 0.0, 0.0, (0.0, 3600, "s")),  # at the start, time first
+    ],
+)
 def test_the_nearest_limit(limits, step, seconds, epochs, expected):
     assert tuple(nearest_limit(TrainConfig(**limits), step, seconds, epochs)) == expected
 

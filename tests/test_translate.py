@@ -73,8 +73,9 @@ def test_translator_api(model_dir):
     n_best = translator.translate_n_best(LINES[:1], n_best=3)[0]
     assert len(n_best) == 3 and n_best[0].text == out[0]
     assert n_best[0].score >= n_best[1].score >= n_best[2].score
-    assert translator.translate(LINES, beam_size=1) == [t[0].text if t else "" for t in (
-        [translator.translate_n_best([line], beam_size=1)[0] for line in LINES])]
+    assert translator.translate(LINES, beam_size=1) == [
+        t[0].text if t else "" for t in ([translator.translate_n_best([line], beam_size=1)[0] for line in LINES])
+    ]
 
 
 def test_the_api_names_a_wrong_argument_instead_of_translating_it_somehow(model_dir):
@@ -86,8 +87,12 @@ def test_the_api_names_a_wrong_argument_instead_of_translating_it_somehow(model_
     with pytest.raises(TypeError, match="sentences must be a list of strings, not int"):
         translator.translate(5)
     assert translator.translate(line for line in LINES[:2]) == translator.translate(LINES[:2])  # any iterable
-    for options, error in [({"batch_size": "4"}, TypeError), ({"batch_size": True}, TypeError),
-                           ({"truncate": "no"}, TypeError), ({"max_tokens": 0}, ValueError)]:
+    for options, error in [
+        ({"batch_size": "4"}, TypeError),
+        ({"batch_size": True}, TypeError),
+        ({"truncate": "no"}, TypeError),
+        ({"max_tokens": 0}, ValueError),
+    ]:
         with pytest.raises(error, match=next(iter(options))):
             Translator.load(model_dir, **options)
     with pytest.raises(TypeError, match="decode_config must be a DecodeConfig, not NoneType"):
@@ -172,7 +177,10 @@ def test_cli_stdin_to_stdout(model_dir, dashes):
     text = "Ein Mädchen ☃.\n\nDogs.\n"
     done = subprocess.run(
         [sys.executable, "-m", "aiayn", "translate", "--model", str(model_dir), "-b", "1", *dashes],
-        input=text.encode(), capture_output=True, env=env, timeout=120,
+        input=text.encode(),
+        capture_output=True,
+        env=env,
+        timeout=120,
     )
     assert done.returncode == 0, done.stderr.decode()
     lines = done.stdout.decode("utf-8").split("\n")
@@ -229,7 +237,9 @@ def test_the_heap_is_given_back_once_the_last_batch_is_done(model_dir, monkeypat
     live = lambda: sum(type(o) is DecoderState for o in gc.get_objects())  # noqa: E731
     during, at_trim = [], []
     step = TransformerStep.step
-    monkeypatch.setattr(TransformerStep, "step", lambda self, tokens, cache: (during.append(live()), step(self, tokens, cache))[1])
+    monkeypatch.setattr(
+        TransformerStep, "step", lambda self, tokens, cache: (during.append(live()), step(self, tokens, cache))[1]
+    )
     monkeypatch.setattr(translate_module, "trim_heap", lambda: at_trim.append(live()))
     translator.translate(["A man rides a bike.", "Two dogs play.", "A woman is reading a book."])
     assert during and min(during) >= 1  # the search held its state (its caches) ...

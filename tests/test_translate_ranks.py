@@ -19,8 +19,24 @@ def test_two_ranks_write_the_file_one_process_writes(tmp_path, data_dir):
     lines = LINES + ["A dog runs.", "", "Three people sit on a bench.", "A child smiles.", "Rain."]  # 12 lines
     source.write_text("\n".join(lines) + "\n", encoding="utf-8")
     assert main(["translate", "--model", str(model), "-i", str(source), "-o", str(tmp_path / "one.txt"), "-q"]) == 0
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "-m", "aiayn",
-               "translate", "--model", str(model), "-i", str(source), "-o", str(tmp_path / "two.txt"), "-q"]
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node",
+        "2",
+        "-m",
+        "aiayn",
+        "translate",
+        "--model",
+        str(model),
+        "-i",
+        str(source),
+        "-o",
+        str(tmp_path / "two.txt"),
+        "-q",
+    ]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
     done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]

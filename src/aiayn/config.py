@@ -66,8 +66,9 @@ class ModelConfig:
                 raise ValueError(f"{name} = {getattr(self, name)}: not below vocab_size {self.vocab_size}")
         for name in ("pad_id", "bos_id", "eos_id"):
             if getattr(self, name) >= self.target_vocab_size:
-                raise ValueError(f"{name} = {getattr(self, name)}: not below the target vocabulary's size "
-                                 f"{self.target_vocab_size}")
+                raise ValueError(
+                    f"{name} = {getattr(self, name)}: not below the target vocabulary's size {self.target_vocab_size}"
+                )
         for name, heads in (("n_heads", self.n_heads), ("n_decoder_heads", self.decoder_heads)):
             if heads > 0 and (self.d_k is None or self.d_v is None) and self.d_model % heads:
                 raise ValueError(f"d_model {self.d_model} is not divisible by {name} {heads}; set d_k and d_v")
@@ -153,16 +154,35 @@ POSITIVE = (0, None)
 MODEL_RANGES: dict[str, tuple[float, float | None]] = {
     # Upper bounds far beyond any real model, so that a mistyped size is refused by name rather than asking
     # the allocator for terabytes: 16.7M pieces, 1M positions (the position table is max_len x d_model).
-    "vocab_size": (1, 1 << 24), "tgt_vocab_size": (1, 1 << 24), "d_model": (1, None), "d_ff": (1, None),
-    "n_heads": (1, None), "n_layers": (1, None), "n_decoder_layers": (1, None), "max_len": (1, 1 << 20),
-    "d_k": (1, None), "d_v": (1, None), "n_decoder_heads": (1, None), "d_decoder_ff": (1, None),
-    "p_drop": (0, 1), "p_attn_drop": (0, 1), "p_ffn_drop": (0, 1),
-    "pad_id": (0, None), "bos_id": (0, None), "eos_id": (0, None), "unk_id": (0, None),
+    "vocab_size": (1, 1 << 24),
+    "tgt_vocab_size": (1, 1 << 24),
+    "d_model": (1, None),
+    "d_ff": (1, None),
+    "n_heads": (1, None),
+    "n_layers": (1, None),
+    "n_decoder_layers": (1, None),
+    "max_len": (1, 1 << 20),
+    "d_k": (1, None),
+    "d_v": (1, None),
+    "n_decoder_heads": (1, None),
+    "d_decoder_ff": (1, None),
+    "p_drop": (0, 1),
+    "p_attn_drop": (0, 1),
+    "p_ffn_drop": (0, 1),
+    "pad_id": (0, None),
+    "bos_id": (0, None),
+    "eos_id": (0, None),
+    "unk_id": (0, None),
     "layer_norm_eps": POSITIVE,
 }
 DECODE_RANGES: dict[str, tuple[float, float | None]] = {
-    "beam_size": (1, None), "extra_len": (0, None), "max_len": (1, None), "n_best": (1, None),
-    "temperature": POSITIVE, "top_k": (0, None), "top_p": (0, 1),
+    "beam_size": (1, None),
+    "extra_len": (0, None),
+    "max_len": (1, None),
+    "n_best": (1, None),
+    "temperature": POSITIVE,
+    "top_k": (0, None),
+    "top_p": (0, 1),
 }
 OPEN_BELOW = {"layer_norm_eps", "temperature", "top_p", "lr_factor"}  # above their low, not equal to it
 OPEN_ABOVE = {"beta1", "beta2", "label_smoothing", "cooldown", "bpe_dropout"}  # below their high, not equal to it

@@ -21,7 +21,9 @@ from .train.schedule import rate
 N_SPECIAL = 4  # pad, bos, eos, unk come first (ModelConfig defaults)
 
 
-def copy_batch(batch_size: int, length: int, n_symbols: int, generator: torch.Generator) -> tuple[Tensor, Tensor, Tensor]:
+def copy_batch(
+    batch_size: int, length: int, n_symbols: int, generator: torch.Generator
+) -> tuple[Tensor, Tensor, Tensor]:
     """(src, tgt_in, tgt_out), each (B, length + 1): src ends in </s>, tgt_in starts with <s>."""
     cfg = ModelConfig()
     symbols = torch.randint(N_SPECIAL, N_SPECIAL + n_symbols, (batch_size, length), generator=generator)

@@ -56,7 +56,7 @@ def chrf(hypotheses: list[str], references: list[str]) -> Score:
 
 
 def split_compounds(text: str) -> str:
-    """"rot-weiß" -> "rot ##AT##-##AT## weiß": tensor2tensor's get_ende_bleu.sh, so each half is a token."""
+    """ "rot-weiß" -> "rot ##AT##-##AT## weiß": tensor2tensor's get_ende_bleu.sh, so each half is a token."""
     return COMPOUND.sub(r"\1 ##AT##-##AT## \2", text)
 
 
@@ -92,7 +92,10 @@ def tokenized_bleu(hypotheses: list[str], references: list[str], lang: str = "de
 
 @torch.inference_mode()
 def perplexity(
-    model: Transformer, sources: list[list[int]], targets: list[list[int]], batch_size: int = 32,
+    model: Transformer,
+    sources: list[list[int]],
+    targets: list[list[int]],
+    batch_size: int = 32,
     device: str | torch.device = "cpu",
 ) -> tuple[float, int]:
     """Per-word-piece perplexity of the targets (ids ending in </s>) given the sources, and the token count."""

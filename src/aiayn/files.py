@@ -49,7 +49,9 @@ def with_default_mode(path: str | Path) -> None:
 
 
 SUFFIX = ".aiayn.tmp"
-HOST = re.sub(r"[^A-Za-z0-9_]", "_", socket.gethostname()) or "host"  # a folder on a network file system has writers elsewhere
+HOST = (
+    re.sub(r"[^A-Za-z0-9_]", "_", socket.gethostname()) or "host"
+)  # a folder on a network file system has writers elsewhere
 TEMPORARY = re.compile(r"^\..+\.([A-Za-z0-9_]+)-(\d+)\.[a-z0-9_]{8}\.aiayn\.tmp$")  # temporary_beside's names
 
 
@@ -75,8 +77,13 @@ def sweep_temporaries(folder: Path) -> list[Path]:
     removed = []
     for path in sorted(Path(folder).rglob("*" + SUFFIX)):
         match = TEMPORARY.match(path.name)
-        if (match and match.group(1) == HOST and path.is_file() and not path.is_symlink()
-                and not _alive(int(match.group(2)))):
+        if (
+            match
+            and match.group(1) == HOST
+            and path.is_file()
+            and not path.is_symlink()
+            and not _alive(int(match.group(2)))
+        ):
             path.unlink(missing_ok=True)
             removed.append(path)
     return removed

@@ -1,8 +1,8 @@
 """Model directories: what `Translator.load` reads and training exports.
 
-    DIR/config.json        {"format": "aiayn", "version": ..., "model": ModelConfig fields}
-    DIR/model.safetensors  the weights (no pickled code is ever loaded)
-    DIR/spm.model          the shared SentencePiece vocabulary, when there is one
+DIR/config.json        {"format": "aiayn", "version": ..., "model": ModelConfig fields}
+DIR/model.safetensors  the weights (no pickled code is ever loaded)
+DIR/spm.model          the shared SentencePiece vocabulary, when there is one
 """
 
 from __future__ import annotations
@@ -33,14 +33,28 @@ from .config import ModelConfig
 from .model import Transformer
 
 CONFIG, WEIGHTS, VOCAB = "config.json", "model.safetensors", "spm.model"
-DTYPES = {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
-          "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8, "U8": torch.uint8,
-          "BOOL": torch.bool}
+DTYPES = {
+    "F64": torch.float64,
+    "F32": torch.float32,
+    "F16": torch.float16,
+    "BF16": torch.bfloat16,
+    "I64": torch.int64,
+    "I32": torch.int32,
+    "I16": torch.int16,
+    "I8": torch.int8,
+    "U8": torch.uint8,
+    "BOOL": torch.bool,
+}
 Reader = Callable[[Path], dict[str, Tensor]]  # a safetensors file -> its tensors; loaders take one explicitly
 
 
-def read_safetensors(path: str | Path, column_major: bool = False, chunk_bytes: int = 8 << 20,
-                     maps: MappedReads | None = None, mapped: Callable[[list[int]], bool] | None = None) -> dict[str, Tensor]:
+def read_safetensors(
+    path: str | Path,
+    column_major: bool = False,
+    chunk_bytes: int = 8 << 20,
+    maps: MappedReads | None = None,
+    mapped: Callable[[list[int]], bool] | None = None,
+) -> dict[str, Tensor]:
     """The tensors of a safetensors file, read into memory once (not memory-mapped).
 
     column_major=True stores every matrix transposed, `t.t().contiguous().t()`: the same shape and
@@ -90,8 +104,10 @@ def _read_header(f, path: Path) -> tuple[int, dict, dict]:
             raise ValueError(f"{path}: a Git LFS pointer, not the weights (fetch them with `git lfs pull`)")
         if head.startswith((b"PK\x03\x04", b"\x80")):
             raise ValueError(f"{path}: a PyTorch pickle, not a safetensors file (aiayn loads no pickles)")
-        raise ValueError(f"{path}: not a safetensors file (its first 8 bytes {head!r} are no header length "
-                         f"within its {file_size:,} bytes)")
+        raise ValueError(
+            f"{path}: not a safetensors file (its first 8 bytes {head!r} are no header length "
+            f"within its {file_size:,} bytes)"
+        )
     try:
         header = json.loads(f.read(size))
     except (ValueError, UnicodeDecodeError, RecursionError) as err:
@@ -110,14 +126,19 @@ def _read_header(f, path: Path) -> tuple[int, dict, dict]:
         shape, offsets = info["shape"], info["data_offsets"]
         if not (isinstance(shape, list) and all(type(n) is int and n >= 0 for n in shape)):
             raise ValueError(f"{path}: tensor {name} has shape {shape!r}, not a list of sizes")
-        if not (isinstance(offsets, list) and len(offsets) == 2 and all(type(n) is int for n in offsets)
-                and 0 <= offsets[0] <= offsets[1]):
+        if not (
+            isinstance(offsets, list)
+            and len(offsets) == 2
+            and all(type(n) is int for n in offsets)
+            and 0 <= offsets[0] <= offsets[1]
+        ):
             raise ValueError(f"{path}: tensor {name} has data_offsets {offsets!r}, not a [begin, end] range")
         if offsets[1] > data_size:
             raise ValueError(f"{path}: {name}: the file ends before this tensor does (truncated?)")
         if offsets[1] - offsets[0] != math.prod(shape) * DTYPES[info["dtype"]].itemsize:
-            raise ValueError(f"{path}: tensor {name}: data_offsets {offsets} do not hold a {info['dtype']} "
-                             f"tensor of shape {shape}")
+            raise ValueError(
+                f"{path}: tensor {name}: data_offsets {offsets} do not hold a {info['dtype']} tensor of shape {shape}"
+            )
     return 8 + size, header, metadata
 
 
@@ -130,14 +151,18 @@ def load_plain_pickle(path: Path, what: str) -> Any:
     check refuses is one line, `PATH: refused: ...; nothing in it was run`."""
     version = tuple(int(part) for part in re.findall(r"\d+", torch.__version__)[:2])
     if version < SAFE_TORCH_LOAD:
-        raise ValueError(f"{path}: not read: torch {torch.__version__} cannot load a pickle without risk of running "
-                         f"code in it (CVE-2025-32434); install torch 2.6 or later, or give {what} as safetensors")
+        raise ValueError(
+            f"{path}: not read: torch {torch.__version__} cannot load a pickle without risk of running "
+            f"code in it (CVE-2025-32434); install torch 2.6 or later, or give {what} as safetensors"
+        )
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             return torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:  # UnpicklingError and whatever a hostile or broken file raises
-        raise ValueError(f"{path}: refused: not {what} of plain tensors ({_why_refused(err)}); nothing in it was run") from None
+        raise ValueError(
+            f"{path}: refused: not {what} of plain tensors ({_why_refused(err)}); nothing in it was run"
+        ) from None
 
 
 def _why_refused(err: Exception) -> str:
@@ -239,7 +264,11 @@ class MappedReads:
             n = math.prod(shape)
             if end - begin != n * dtype.itemsize or start + end > length:
                 raise ValueError(f"{path}: {name}: the file ends before this tensor does (truncated?)")
-            view = torch.frombuffer(mapped, dtype=dtype, count=n, offset=start + begin) if n else torch.empty(0, dtype=dtype)
+            view = (
+                torch.frombuffer(mapped, dtype=dtype, count=n, offset=start + begin)
+                if n
+                else torch.empty(0, dtype=dtype)
+            )
             tensors[name] = view.view(shape)
         return _with_aliases(tensors, metadata)
 
@@ -270,13 +299,16 @@ class MappedReads:
             for name, t in [*module.named_parameters(recurse=False), *module.named_buffers(recurse=False)]:
                 if self.holds(t):
                     copy = t.detach().clone()
-                    setattr(module, name, nn.Parameter(copy, requires_grad=False) if isinstance(t, nn.Parameter) else copy)
+                    setattr(
+                        module, name, nn.Parameter(copy, requires_grad=False) if isinstance(t, nn.Parameter) else copy
+                    )
                     self._drop_pages()
         self.maps.clear()  # the maps close once no tensor views them
 
 
 def _read_tensor(f, dtype: torch.dtype, shape: list[int], column_major: bool, chunk_bytes: int, where: str) -> Tensor:
     """The tensor at f's position: read as stored, or (a matrix, column_major) rows at a time into its transpose."""
+
     def read(n: int) -> Tensor:  # the next n elements
         buffer = bytearray(n * dtype.itemsize)
         if n and f.readinto(buffer) != len(buffer):
@@ -391,17 +423,19 @@ def read_model_config(directory: str | Path) -> ModelConfig:
     if meta.get("format") != "aiayn":
         raise ValueError(f"{path}: not an aiayn model (format {meta.get('format')!r})")
     if "model" not in meta:
-        raise ValueError(f"{path}: no \"model\" entry (the ModelConfig fields)")
+        raise ValueError(f'{path}: no "model" entry (the ModelConfig fields)')
     if not isinstance(meta["model"], dict):
         what = json.dumps(meta["model"])[:40]
-        raise ValueError(f"{path}: \"model\" must be a JSON object of ModelConfig fields, not {what}")
+        raise ValueError(f'{path}: "model" must be a JSON object of ModelConfig fields, not {what}')
     try:
         return ModelConfig.from_dict(meta["model"])
     except ValueError as err:
         raise ValueError(f"{path}: model: {err}") from None
 
 
-def load_model(directory: str | Path, device: str | torch.device = "cpu", read: Reader = read_safetensors) -> Transformer:
+def load_model(
+    directory: str | Path, device: str | torch.device = "cpu", read: Reader = read_safetensors
+) -> Transformer:
     """The Transformer saved in directory, in eval mode, its weights read by `read` (`read_safetensors`,
     `read_column_major` for decoding on a CPU, or `MappedReads().read`)."""
     directory = Path(directory)
@@ -439,6 +473,10 @@ def check_state(state: dict[str, Tensor | None], expected: dict[str, Tensor], wh
         raise ValueError(f"{where}: unexpected tensors {', '.join(extra[:5])}{' ...' if len(extra) > 5 else ''}")
     for name, tensor in state.items():
         if tuple(tensor.shape) != tuple(expected[name].shape):
-            what = "vocabulary size" if name.endswith(("embed.weight", "logits_bias", "output_proj.weight")) else "shape"
-            raise ValueError(f"{where}: {name} has shape {tuple(tensor.shape)} but config.json gives "
-                             f"{tuple(expected[name].shape)} ({what} does not match the weights)")
+            what = (
+                "vocabulary size" if name.endswith(("embed.weight", "logits_bias", "output_proj.weight")) else "shape"
+            )
+            raise ValueError(
+                f"{where}: {name} has shape {tuple(tensor.shape)} but config.json gives "
+                f"{tuple(expected[name].shape)} ({what} does not match the weights)"
+            )

@@ -33,34 +33,55 @@ class DataConfig:
     vocab_size: int = field(default=8000, metadata={"help": "shared BPE vocabulary (§5.1: ~37,000 En-De)"})
     max_subwords: int = field(default=256, metadata={"help": "longer pairs are filtered (and reported)"})
     vocab_sample: int = 2_000_000  # sentences SentencePiece trains on
-    vocab: str = field(default="", metadata={"help": "an existing SentencePiece model to use; \"\" = train one in OUT"})
+    vocab: str = field(default="", metadata={"help": 'an existing SentencePiece model to use; "" = train one in OUT'})
     source_units: Literal["subwords", "words"] = "subwords"  # ptb only: the sentence as BPE pieces or whole words
-    bpe_dropout: float = field(default=0.0, metadata={"help": "each training epoch segmented anew, each merge skipped "
-                                                              "with this probability (not in the paper; data/bpe_dropout.py)"})
+    bpe_dropout: float = field(
+        default=0.0,
+        metadata={
+            "help": "each training epoch segmented anew, each merge skipped "
+            "with this probability (not in the paper; data/bpe_dropout.py)"
+        },
+    )
 
 
 @dataclass
 class TrainConfig:
     """The training recipe of §5, with the paper's names."""
 
-    batch_tokens: int = field(default=4096, metadata={"help": "real (non-padding) tokens per side per micro-batch per rank (§5.1)"})
-    effective_batch_tokens: int = field(default=0, metadata={"help": "tokens per side per optimizer step; 0 = batch_tokens x world"})
+    batch_tokens: int = field(
+        default=4096, metadata={"help": "real (non-padding) tokens per side per micro-batch per rank (§5.1)"}
+    )
+    effective_batch_tokens: int = field(
+        default=0, metadata={"help": "tokens per side per optimizer step; 0 = batch_tokens x world"}
+    )
     warmup_steps: int = 4000  # eq. (3)
     lr_factor: float = 1.0  # scale of eq. (3)
-    cooldown: float = field(default=0.0, metadata={"help": "last share of the run's steps over which the rate falls "
-                                                            "linearly to 0 (not in the paper; train/schedule.py)"})
+    cooldown: float = field(
+        default=0.0,
+        metadata={
+            "help": "last share of the run's steps over which the rate falls "
+            "linearly to 0 (not in the paper; train/schedule.py)"
+        },
+    )
     beta1: float = 0.9  # Adam (§5.3)
     beta2: float = 0.98
     adam_eps: float = 1e-9
-    weight_decay: float = field(default=0.0, metadata={"help": "decoupled weight decay on the weight matrices (AdamW; "
-                                                                "not in the paper, whose Adam has none); 0 = off"})
+    weight_decay: float = field(
+        default=0.0,
+        metadata={
+            "help": "decoupled weight decay on the weight matrices (AdamW; "
+            "not in the paper, whose Adam has none); 0 = off"
+        },
+    )
     label_smoothing: float = 0.1  # epsilon_ls (§5.4)
     clip_norm: float = 0.0  # gradient clipping; 0 = off (the paper does not clip)
     bf16: bool | Literal["auto"] = False  # bf16 autocast; auto = where the hardware multiplies in bf16 (precision.py)
     fp16: bool = False  # fp16 autocast with a gradient scaler (older GPUs without bf16)
     compile: bool = False  # torch.compile the model (the first steps pay for the compilation)
     attention: Literal["auto", "fused", "math"] = "auto"  # eq. (1)'s kernel; auto = math on a CPU (train/kernels.py)
-    gemm: Literal["auto", "mkl", "onednn"] = "auto"  # fp32 CPU products; auto = oneDNN where measured faster (train/gemm.py)
+    gemm: Literal["auto", "mkl", "onednn"] = (
+        "auto"  # fp32 CPU products; auto = oneDNN where measured faster (train/gemm.py)
+    )
     max_steps: int = 100_000  # the paper's base model: 100,000 steps
     max_minutes: float = 0.0  # stop after this much training time; 0 = no limit
     max_epochs: int = 0  # 0 = no limit
@@ -93,7 +114,11 @@ class Recipe:
         return ModelConfig.preset(preset, **fields) if preset else ModelConfig.from_dict(fields)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"data": dataclasses.asdict(self.data), "model": dict(self.model), "train": dataclasses.asdict(self.train)}
+        return {
+            "data": dataclasses.asdict(self.data),
+            "model": dict(self.model),
+            "train": dataclasses.asdict(self.train),
+        }
 
     def dump(self, path: str | Path) -> None:
         Path(path).write_text(yaml.safe_dump(self.to_dict(), sort_keys=False))
@@ -102,13 +127,33 @@ class Recipe:
 SECTIONS = {"data": DataConfig, "train": TrainConfig}
 # The allowed range of each number (see aiayn.config.check_fields), checked once the recipe is read.
 RANGES = {
-    "vocab_size": (UNK_ID + 2, None), "max_subwords": (1, None), "vocab_sample": (1, None), "bpe_dropout": (0, 1),
-    "batch_tokens": (1, None), "effective_batch_tokens": (0, None), "warmup_steps": (1, None),
-    "lr_factor": (0, None), "cooldown": (0, 1), "beta1": (0, 1), "beta2": (0, 1), "adam_eps": (0, None), "weight_decay": (0, None),
+    "vocab_size": (UNK_ID + 2, None),
+    "max_subwords": (1, None),
+    "vocab_sample": (1, None),
+    "bpe_dropout": (0, 1),
+    "batch_tokens": (1, None),
+    "effective_batch_tokens": (0, None),
+    "warmup_steps": (1, None),
+    "lr_factor": (0, None),
+    "cooldown": (0, 1),
+    "beta1": (0, 1),
+    "beta2": (0, 1),
+    "adam_eps": (0, None),
+    "weight_decay": (0, None),
     "label_smoothing": (0, 1),
-    "clip_norm": (0, None), "max_steps": (1, None), "max_minutes": (0, None), "max_epochs": (0, None),
-    "seed": (0, None), "threads": (0, None), "log_every": (1, None), "eval_every": (0, None),
-    "bleu_sentences": (0, None), "save_every": (0, None), "keep_checkpoints": (0, None), "average_last": (1, None), "average_share": (0, 1),
+    "clip_norm": (0, None),
+    "max_steps": (1, None),
+    "max_minutes": (0, None),
+    "max_epochs": (0, None),
+    "seed": (0, None),
+    "threads": (0, None),
+    "log_every": (1, None),
+    "eval_every": (0, None),
+    "bleu_sentences": (0, None),
+    "save_every": (0, None),
+    "keep_checkpoints": (0, None),
+    "average_last": (1, None),
+    "average_share": (0, 1),
     "beam_size": (1, None),
 }
 
@@ -130,9 +175,15 @@ def _convert(value: Any, hint: Any, where: str) -> Any:
                     errors.append(err)
         if len(errors) == 1:
             raise errors[0]
-        names = " or ".join("true or false" if a is bool else "one of " + ", ".join(map(repr, typing.get_args(a)))
-                            if typing.get_origin(a) is typing.Literal else getattr(a, "__name__", str(a))
-                            for a in args if a is not type(None))
+        names = " or ".join(
+            "true or false"
+            if a is bool
+            else "one of " + ", ".join(map(repr, typing.get_args(a)))
+            if typing.get_origin(a) is typing.Literal
+            else getattr(a, "__name__", str(a))
+            for a in args
+            if a is not type(None)
+        )
         raise ValueError(f"{where}: expected {names}, got {_short(value)}")
     if origin is typing.Literal:
         if value not in typing.get_args(hint):
@@ -226,8 +277,9 @@ def check_recipe(recipe: Recipe, where: str = "") -> None:
     except ValueError as err:
         raise ValueError(f"{where}model: {err}") from None
     if recipe.data.max_subwords > model.max_len:  # a kept pair must fit the position table
-        raise ValueError(f"{where}data.max_subwords {recipe.data.max_subwords} is more than "
-                         f"model.max_len {model.max_len}")
+        raise ValueError(
+            f"{where}data.max_subwords {recipe.data.max_subwords} is more than model.max_len {model.max_len}"
+        )
     if recipe.data.source_units == "words" and recipe.data.format != "ptb":
         raise ValueError(f"{where}data.source_units: words is for parsing (format: ptb); translation uses subwords")
     if recipe.data.bpe_dropout and recipe.data.format == "ptb":

@@ -37,7 +37,7 @@ class Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(
-        prog="aiayn", description="The Transformer of \"Attention Is All You Need\": train, translate, evaluate, convert."
+        prog="aiayn", description='The Transformer of "Attention Is All You Need": train, translate, evaluate, convert.'
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, (module, help_text) in COMMANDS.items():
@@ -49,8 +49,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 # What bad input raises (a user's file, flag or recipe): one line `aiayn CMD: error: ...`, no traceback.
 # Anything else is a bug in aiayn and keeps its traceback.
-USER_ERRORS = (ValueError, FileNotFoundError, FileExistsError, IsADirectoryError, NotADirectoryError, PermissionError,
-               yaml.YAMLError)
+USER_ERRORS = (
+    ValueError,
+    FileNotFoundError,
+    FileExistsError,
+    IsADirectoryError,
+    NotADirectoryError,
+    PermissionError,
+    yaml.YAMLError,
+)
 SIGPIPE_EXIT = 141  # 128 + SIGPIPE: what a shell reports for a tool stopped by a closed pipe
 # The machine's, not aiayn's: a full disk, a quota, a read-only file system, a file too large. One line, exit 1.
 ENVIRONMENT_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EFBIG)

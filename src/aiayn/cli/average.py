@@ -9,10 +9,13 @@ from .options import at_least
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("inputs", nargs="+",
-                        help="model directories to average, or a training output folder (its last K checkpoints)")
+    parser.add_argument(
+        "inputs", nargs="+", help="model directories to average, or a training output folder (its last K checkpoints)"
+    )
     parser.add_argument("--out", required=True, help="the averaged model directory to write")
-    parser.add_argument("--last", type=at_least(1), default=5, help="checkpoints to take from a training folder (5 base, 20 big)")
+    parser.add_argument(
+        "--last", type=at_least(1), default=5, help="checkpoints to take from a training folder (5 base, 20 big)"
+    )
     parser.add_argument("--force", action="store_true", help="replace the model files of a model already in --out")
 
 
@@ -72,8 +75,10 @@ def tokenizer_of(homes: list[Path], required: bool):
             continue
     if not required:
         return None
-    raise FileNotFoundError(f"no tokenizer (spm.model, Marian's vocab.json and spm files, or a parser's parse-target.json) "
-                            f"in {', '.join(map(str, homes))}; the averaged weights could not be used without it")
+    raise FileNotFoundError(
+        f"no tokenizer (spm.model, Marian's vocab.json and spm files, or a parser's parse-target.json) "
+        f"in {', '.join(map(str, homes))}; the averaged weights could not be used without it"
+    )
 
 
 def same_tokenizer(tokenizers: list):
@@ -107,7 +112,11 @@ def same_model(directories: list[Path]) -> None:
         other, other_vocab = identity(directory)
         if other != config:
             changed = ", ".join(sorted(k for k in config.keys() | other.keys() if config.get(k) != other.get(k)))
-            raise ValueError(f"{directory}: another model configuration than {first} ({changed}); only checkpoints "
-                             "of one model can be averaged")
+            raise ValueError(
+                f"{directory}: another model configuration than {first} ({changed}); only checkpoints "
+                "of one model can be averaged"
+            )
         if other_vocab != vocab:
-            raise ValueError(f"{directory}: another vocabulary (spm.model) than {first}; their weights mean other pieces")
+            raise ValueError(
+                f"{directory}: another vocabulary (spm.model) than {first}; their weights mean other pieces"
+            )

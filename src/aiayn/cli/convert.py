@@ -1,8 +1,8 @@
 """`aiayn convert IN_DIR OUT_DIR --to {aiayn,marian,ctranslate2}`: move a model between formats.
 
-    aiayn convert opus-mt-en-de/ en-de/ --to aiayn            Marian -> aiayn (fine-tune, translate)
-    aiayn convert runs/multi30k/model/ hf/ --to marian        aiayn -> a dir transformers loads
-    aiayn convert runs/multi30k/model/ ct2/ --to ctranslate2 --quantization int8
+aiayn convert opus-mt-en-de/ en-de/ --to aiayn            Marian -> aiayn (fine-tune, translate)
+aiayn convert runs/multi30k/model/ hf/ --to marian        aiayn -> a dir transformers loads
+aiayn convert runs/multi30k/model/ ct2/ --to ctranslate2 --quantization int8
 """
 
 from __future__ import annotations
@@ -17,12 +17,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("input", help="an aiayn model directory or a Hugging Face Marian directory")
     parser.add_argument("output", help="the directory to write")
     parser.add_argument("--to", required=True, choices=FORMATS, help="the output format")
-    parser.add_argument("--from", dest="source", default="auto", choices=("auto", "aiayn", "marian"),
-                        help="the input format (default: read from its config.json)")
-    parser.add_argument("--quantization", choices=QUANTIZATIONS,
-                        help="CTranslate2 weight type (default: as stored, float32)")
-    parser.add_argument("--force", action="store_true",
-                        help="replace the model files in an existing output directory (nothing else in it is touched)")
+    parser.add_argument(
+        "--from",
+        dest="source",
+        default="auto",
+        choices=("auto", "aiayn", "marian"),
+        help="the input format (default: read from its config.json)",
+    )
+    parser.add_argument(
+        "--quantization", choices=QUANTIZATIONS, help="CTranslate2 weight type (default: as stored, float32)"
+    )
+    parser.add_argument(
+        "--force",
+        action="store_true",
+        help="replace the model files in an existing output directory (nothing else in it is touched)",
+    )
 
 
 def check_output(model: Path, out: Path) -> None:

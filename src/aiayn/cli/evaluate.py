@@ -21,11 +21,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", help="translate --src with this model, then score")
     parser.add_argument("--src", help="source sentences (with --model)")
     parser.add_argument("--save-hyp", type=output_file, help="with --model: also write the translations here")
-    parser.add_argument("--lang", help="target language for the tokenised BLEU: Moses' rules, and German's compound "
-                        f"split (default: the model's target language, else {DEFAULT_LANG})")
+    parser.add_argument(
+        "--lang",
+        help="target language for the tokenised BLEU: Moses' rules, and German's compound "
+        f"split (default: the model's target language, else {DEFAULT_LANG})",
+    )
     parser.add_argument("--json", action="store_true", help="print the scores as one JSON object")
-    parser.add_argument("--task", choices=["translate", "parse"], default="translate",
-                        help="parse: labelled bracket P/R/F1 of trees as EVALB with COLLINS.prm (§6.3)")
+    parser.add_argument(
+        "--task",
+        choices=["translate", "parse"],
+        default="translate",
+        help="parse: labelled bracket P/R/F1 of trees as EVALB with COLLINS.prm (§6.3)",
+    )
     add_search_arguments(parser)
 
 
@@ -51,8 +58,10 @@ def run(args: argparse.Namespace) -> int:
     for flag in ("src", "ref", "hyp"):
         given = getattr(args, flag)
         if args.save_hyp and given and same_file(given, args.save_hyp):
-            raise ValueError(f"--save-hyp {args.save_hyp}: the same file as --{flag} {given}, which it would replace; "
-                             "save the translations elsewhere")
+            raise ValueError(
+                f"--save-hyp {args.save_hyp}: the same file as --{flag} {given}, which it would replace; "
+                "save the translations elsewhere"
+            )
     if args.model:  # before any file is read
         refuse_a_parser(args.model, "aiayn evaluate")
     refs = read_file(args.ref)
@@ -71,8 +80,11 @@ def run(args: argparse.Namespace) -> int:
             with text_output(args.save_hyp) as out:
                 out.writelines(h + "\n" for h in hyps)
         ppl, n = evaluate.perplexity(
-            translator.model, translator.tokenizer.encode_source(srcs), translator.tokenizer.encode_target(refs),
-            args.batch_size, translator.device,
+            translator.model,
+            translator.tokenizer.encode_source(srcs),
+            translator.tokenizer.encode_target(refs),
+            args.batch_size,
+            translator.device,
         )
         extra = {"perplexity": ppl, "reference_tokens": n}
         lang = lang or translator.model.config.tgt_lang  # what the model was trained to write
@@ -89,5 +101,7 @@ def run(args: argparse.Namespace) -> int:
         for s in scores:
             print(s)
         if extra:
-            print(f"perplexity = {extra['perplexity']:.3f}  (per word piece, {extra['reference_tokens']} reference tokens)")
+            print(
+                f"perplexity = {extra['perplexity']:.3f}  (per word piece, {extra['reference_tokens']} reference tokens)"
+            )
     return 0

@@ -14,7 +14,9 @@ PAPER_MILLIONS = {"base": 65, "big": 213}  # Table 3, with a shared ~37,000-toke
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--preset", default="base", choices=list(PRESETS))
-    parser.add_argument("--vocab-size", type=at_least(1, 1 << 24), default=37000, help="shared vocabulary size (default 37000)")
+    parser.add_argument(
+        "--vocab-size", type=at_least(1, 1 << 24), default=37000, help="shared vocabulary size (default 37000)"
+    )
     parser.add_argument("--model", help="a model directory to describe instead of a preset")
 
 

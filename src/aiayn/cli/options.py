@@ -41,8 +41,9 @@ def number(above: float | None = None, at_most: float | None = None, low: float 
             value = float(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-        inside = ((above is None or value > above) and (low is None or value >= low)
-                  and (at_most is None or value <= at_most))
+        inside = (
+            (above is None or value > above) and (low is None or value >= low) and (at_most is None or value <= at_most)
+        )
         if not (math.isfinite(value) and inside):
             raise argparse.ArgumentTypeError(f"must be a finite number {bounds}".rstrip() + f", got {text}")
         return value

@@ -13,21 +13,45 @@ from .options import at_least, number
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("what", nargs="?", choices=["report", "table3"], default="report",
-                        help="report (default): OUT/report.md and .html; table3: Table 3 rerun small")
+    parser.add_argument(
+        "what",
+        nargs="?",
+        choices=["report", "table3"],
+        default="report",
+        help="report (default): OUT/report.md and .html; table3: Table 3 rerun small",
+    )
     parser.add_argument("--out", default="paper-lab", help="the folder to write (default paper-lab)")
-    parser.add_argument("--model", help="a trained model directory, or a training folder (with model/ and "
-                                        "checkpoints/); default: train a small Multi30k model first")
+    parser.add_argument(
+        "--model",
+        help="a trained model directory, or a training folder (with model/ and "
+        "checkpoints/); default: train a small Multi30k model first",
+    )
     parser.add_argument("--quick", action="store_true", help="a tiny model and short measurements, under 2 minutes")
-    parser.add_argument("--layer", type=at_least(1), help="the encoder layer of item 6, from 1 (default: the one before the last)")
-    parser.add_argument("--minutes", type=number(above=0), help="training minutes: of the lab's model, or of each Table 3 row")
+    parser.add_argument(
+        "--layer", type=at_least(1), help="the encoder layer of item 6, from 1 (default: the one before the last)"
+    )
+    parser.add_argument(
+        "--minutes", type=number(above=0), help="training minutes: of the lab's model, or of each Table 3 row"
+    )
     parser.add_argument("--rows", nargs="*", help="table3: the rows to run (e.g. h=1 d_k=16 N=2); default all")
-    parser.add_argument("--base", choices=["lab", "recipe"], default="lab",
-                        help="table3: the small base, the lab's 2+2-layer model (default) or the recipe's 3+3-layer one")
-    parser.add_argument("--jobs", type=at_least(1), default=1,
-                        help="table3: rows trained at once, each in its own process (threads default: cores / jobs)")
-    parser.add_argument("--bleu-sentences", type=at_least(1), default=500, help="table3: validation sentences decoded for BLEU")
-    parser.add_argument("--threads", type=at_least(0), default=0, help="torch CPU threads; 0 = 1 with --quick, else torch's default")
+    parser.add_argument(
+        "--base",
+        choices=["lab", "recipe"],
+        default="lab",
+        help="table3: the small base, the lab's 2+2-layer model (default) or the recipe's 3+3-layer one",
+    )
+    parser.add_argument(
+        "--jobs",
+        type=at_least(1),
+        default=1,
+        help="table3: rows trained at once, each in its own process (threads default: cores / jobs)",
+    )
+    parser.add_argument(
+        "--bleu-sentences", type=at_least(1), default=500, help="table3: validation sentences decoded for BLEU"
+    )
+    parser.add_argument(
+        "--threads", type=at_least(0), default=0, help="torch CPU threads; 0 = 1 with --quick, else torch's default"
+    )
 
 
 def model_and_run(args: argparse.Namespace, out: Path) -> tuple[Path, Path | None, dict | None]:
@@ -40,7 +64,9 @@ def model_and_run(args: argparse.Namespace, out: Path) -> tuple[Path, Path | Non
         if not given.is_dir():
             raise FileNotFoundError(f"--model {given}: no such model directory")
         if not (given / "config.json").is_file():
-            raise FileNotFoundError(f"--model {given}: not a model directory (no config.json) nor a training folder (no model/)")
+            raise FileNotFoundError(
+                f"--model {given}: not a model directory (no config.json) nor a training folder (no model/)"
+            )
         return given, None, None
     from ..lab.trained import train_small
 
@@ -65,8 +91,9 @@ def check_model(args: argparse.Namespace) -> None:
         if not model_dir.is_dir():
             raise FileNotFoundError(f"--model {given}: no such model directory")
         if not (model_dir / "config.json").is_file():
-            raise FileNotFoundError(f"--model {given}: not a model directory (no config.json) nor a training folder "
-                                    "(no model/)")
+            raise FileNotFoundError(
+                f"--model {given}: not a model directory (no config.json) nor a training folder (no model/)"
+            )
         layers = model_config(model_dir).encoder.layers
     else:
         from ..lab.trained import lab_recipe
@@ -100,7 +127,9 @@ def report(args: argparse.Namespace) -> int:
     path, claims = write_report(m, out)
     for c in claims:
         print(f"  {c.id:5s} {verdict(c):14s} {c.claim}")
-    print(f"{path} and {path.with_suffix('.html')}: {sum(c.holds is True for c in claims)} of {len(claims)} claims hold")
+    print(
+        f"{path} and {path.with_suffix('.html')}: {sum(c.holds is True for c in claims)} of {len(claims)} claims hold"
+    )
     return 0
 
 

@@ -24,24 +24,38 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", required=True, help="a parsing model directory (aiayn train recipes/ptb-parse.yaml)")
     parser.add_argument("--input", "-i", type=input_file, help="tokenised sentences, one a line (default: stdin)")
     parser.add_argument("--output", "-o", type=output_file, help="where to write the trees (default: stdout)")
-    parser.add_argument("--beam-size", "-b", type=at_least(1), help="beam width (default 120 for the constrained search, chosen on dev; "
-                        "21 with --search paper, §6.3); 1 = greedy")
+    parser.add_argument(
+        "--beam-size",
+        "-b",
+        type=at_least(1),
+        help="beam width (default 120 for the constrained search, chosen on dev; "
+        "21 with --search paper, §6.3); 1 = greedy",
+    )
     parser.add_argument("--alpha", type=number(), help="length penalty alpha (default 0.3, §6.3)")
-    parser.add_argument("--search", choices=["constrained", "paper"], default="constrained",
-                        help="constrained (the default; not in the paper): only well-formed trees over the words, held to "
-                             "the training trees' tags and shapes; paper: §6.3's search, repaired afterwards (docs/parsing.md)")
-    parser.add_argument("--constrained", action="store_const", const="constrained", dest="search",
-                        help=argparse.SUPPRESS)  # the default since session 9; kept for older scripts
+    parser.add_argument(
+        "--search",
+        choices=["constrained", "paper"],
+        default="constrained",
+        help="constrained (the default; not in the paper): only well-formed trees over the words, held to "
+        "the training trees' tags and shapes; paper: §6.3's search, repaired afterwards (docs/parsing.md)",
+    )
+    parser.add_argument(
+        "--constrained", action="store_const", const="constrained", dest="search", help=argparse.SUPPRESS
+    )  # the default since session 9; kept for older scripts
     parser.add_argument("--batch-size", type=at_least(1), default=32, help="sentences per batch (default 32)")
     parser.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, ...")
     parser.add_argument("--truncate", action="store_true", help="cut sentences longer than the model takes")
-    parser.add_argument("--unescape", action="store_true",
-                        help="write brackets in words as themselves, not as the treebank's -LRB- -RRB- -LSB- -RSB- "
-                             "-LCB- -RCB- (the lines are then no longer trees EVALB reads)")
+    parser.add_argument(
+        "--unescape",
+        action="store_true",
+        help="write brackets in words as themselves, not as the treebank's -LRB- -RRB- -LSB- -RSB- "
+        "-LCB- -RCB- (the lines are then no longer trees EVALB reads)",
+    )
 
 
 def parse_stream(parser, stream: BinaryIO, name: str, out: TextIO, unescape: bool = False) -> int:
     """Parse every line of stream into out; returns the number of lines."""
+
     def write(block: list[str], _done: int) -> None:
         out.writelines(tree + "\n" for tree in parser.parse_lines(block, unescape))
 
@@ -52,11 +66,20 @@ def run(args: argparse.Namespace) -> int:
     from ..parse.parser import Parser
 
     if args.input and args.output and same_file(args.input, args.output):
-        raise ValueError(f"-o {args.output}: the same file as -i {args.input}; the input would be replaced "
-                         f"by its trees; write to another file")
+        raise ValueError(
+            f"-o {args.output}: the same file as -i {args.input}; the input would be replaced "
+            f"by its trees; write to another file"
+        )
 
-    parser = Parser.load(args.model, args.device, args.search == "constrained", beam_size=args.beam_size, alpha=args.alpha,
-                         batch_size=args.batch_size, truncate=args.truncate)
+    parser = Parser.load(
+        args.model,
+        args.device,
+        args.search == "constrained",
+        beam_size=args.beam_size,
+        alpha=args.alpha,
+        batch_size=args.batch_size,
+        truncate=args.truncate,
+    )
     name = args.input or "<stdin>"
     stream = open(args.input, "rb") if args.input else sys.stdin.buffer
     try:

@@ -92,10 +92,16 @@ def text_output(path: str | None) -> Iterator[TextIO]:
         info = target.stat()
         writable = os.access(target, os.W_OK) and (os.geteuid() != 0 or info.st_mode & 0o222)  # root: the mode's word
         if not writable:
-            raise PermissionError(errno.EACCES, "not writable by this user; not written over (chmod u+w to let it be)", path)
+            raise PermissionError(
+                errno.EACCES, "not writable by this user; not written over (chmod u+w to let it be)", path
+            )
         if info.st_nlink > 1:
-            raise PermissionError(errno.EMLINK, f"has {info.st_nlink} hard links, which a new file would leave "
-                                  "holding the old text; write to another name", path)
+            raise PermissionError(
+                errno.EMLINK,
+                f"has {info.st_nlink} hard links, which a new file would leave "
+                "holding the old text; write to another name",
+                path,
+            )
         mode = stat.S_IMODE(info.st_mode)
     tmp = temporary_beside(target)
     try:
@@ -115,6 +121,6 @@ def _descriptor(path: str) -> int | None:
     if path in named:
         return named[path]
     for prefix in ("/dev/fd/", "/proc/self/fd/", f"/proc/{os.getpid()}/fd/"):
-        if path.startswith(prefix) and path[len(prefix):].isdigit():
-            return int(path[len(prefix):])
+        if path.startswith(prefix) and path[len(prefix) :].isdigit():
+            return int(path[len(prefix) :])
     return None

@@ -11,8 +11,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("recipe", help="a recipe YAML file, e.g. recipes/multi30k-en-de.yaml")
     parser.add_argument("--out", help="output folder (default runs/<recipe name>); run again to resume")
     parser.add_argument("--init", help="start from an aiayn model directory or a Hugging Face Marian directory")
-    parser.add_argument("overrides", nargs=argparse.REMAINDER,
-                        help="recipe overrides such as --train.max_minutes=30 --model.d_model=256")
+    parser.add_argument(
+        "overrides",
+        nargs=argparse.REMAINDER,
+        help="recipe overrides such as --train.max_minutes=30 --model.d_model=256",
+    )
     parser.set_defaults(_help=parser.format_help)  # `train RECIPE --help`: REMAINDER swallows --help
 
 
@@ -35,7 +38,9 @@ def run(args: argparse.Namespace) -> int:
     except OSError as err:  # a full disk, a read-only folder: one line; what was saved before stays
         if isinstance(err, FileNotFoundError):
             raise
-        print(f"aiayn train: error: {err.filename + ': ' if err.filename else ''}{err.strerror or err}", file=sys.stderr)
+        print(
+            f"aiayn train: error: {err.filename + ': ' if err.filename else ''}{err.strerror or err}", file=sys.stderr
+        )
         return 1
     distributed.exit_rank(0)  # under torchrun: every file is written and closed; see exit_rank
     return 0

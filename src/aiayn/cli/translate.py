@@ -27,14 +27,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--input", "-i", type=input_file, help="source text, one sentence a line (default: stdin)")
     parser.add_argument("--output", "-o", type=output_file, help="where to write the translations (default: stdout)")
     add_search_arguments(parser)
-    parser.add_argument("--n-best", type=at_least(1), default=None,
-                        help="write the N best translations of each line as 'LINE<tab>SCORE<tab>TEXT' lines")
+    parser.add_argument(
+        "--n-best",
+        type=at_least(1),
+        default=None,
+        help="write the N best translations of each line as 'LINE<tab>SCORE<tab>TEXT' lines",
+    )
     parser.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
 
 
 def add_search_arguments(parser: argparse.ArgumentParser) -> None:
     """Options shared with `aiayn evaluate`: search, batching, device."""
-    parser.add_argument("--beam-size", "-b", type=at_least(1), help="beam width (default: the model's, else 4); 1 = greedy")
+    parser.add_argument(
+        "--beam-size", "-b", type=at_least(1), help="beam width (default: the model's, else 4); 1 = greedy"
+    )
     parser.add_argument("--alpha", type=number(), help="length penalty alpha (default: the model's, else 0.6; GNMT)")
     parser.add_argument("--length-penalty", choices=["gnmt", "power"], help="((5+|Y|)/6)^alpha or |Y|^alpha")
     parser.add_argument("--max-len", type=at_least(1), help="longest output in tokens (besides input length + 50)")
@@ -56,9 +62,13 @@ GEMM_CHOICES = ("auto", *BACKENDS)
 
 def add_gemm_argument(parser: argparse.ArgumentParser) -> None:
     """--gemm, for every command that loads a Translator (translate, serve)."""
-    parser.add_argument("--gemm", choices=GEMM_CHOICES, default=None,
-                        help="float32 products on a CPU: measured at load (auto, the default; or $AIAYN_GEMM), or forced; "
-                             "+packed: the matrices oneDNN multiplies packed for it (the vocabulary; with onednn, the decoder's too)")
+    parser.add_argument(
+        "--gemm",
+        choices=GEMM_CHOICES,
+        default=None,
+        help="float32 products on a CPU: measured at load (auto, the default; or $AIAYN_GEMM), or forced; "
+        "+packed: the matrices oneDNN multiplies packed for it (the vocabulary; with onednn, the decoder's too)",
+    )
 
 
 def refuse_a_parser(model: str, command: str) -> None:
@@ -67,8 +77,10 @@ def refuse_a_parser(model: str, command: str) -> None:
     from ..parse.tokenizer import TARGET_FILE, ParseTokenizer
 
     if ParseTokenizer.is_saved_in(model):
-        raise ValueError(f"{model}: a parsing model, not a translation model (it has {TARGET_FILE}); "
-                         f"{command} takes translation models: parse with `aiayn parse --model {model}`")
+        raise ValueError(
+            f"{model}: a parsing model, not a translation model (it has {TARGET_FILE}); "
+            f"{command} takes translation models: parse with `aiayn parse --model {model}`"
+        )
 
 
 def load_translator(args: argparse.Namespace):
@@ -80,15 +92,29 @@ def load_translator(args: argparse.Namespace):
     check_device(args.device, "--device")
     refuse_a_parser(args.model, f"aiayn {getattr(args, 'command', None) or 'translate'}")
     caches_for_translation()  # a process that only translates: oneDNN's smaller caches, before its first product
-    sampling = [f"--{name.replace('_', '-')}" for name in ("temperature", "top_k", "top_p") if getattr(args, name) is not None]
+    sampling = [
+        f"--{name.replace('_', '-')}" for name in ("temperature", "top_k", "top_p") if getattr(args, name) is not None
+    ]
     if sampling and not args.sample:
         raise ValueError(f"{', '.join(sampling)} only shape sampling: add --sample (beam search ignores them)")
     torch.manual_seed(args.seed)
     translator = Translator.load(
-        args.model, device=args.device, int8=args.int8, gemm=args.gemm, beam_size=args.beam_size, alpha=args.alpha,
-        length_penalty=args.length_penalty, max_len=args.max_len, sample=args.sample,
-        temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, n_best=getattr(args, "n_best", None),
-        batch_size=args.batch_size, max_tokens=args.max_tokens, truncate=args.truncate,
+        args.model,
+        device=args.device,
+        int8=args.int8,
+        gemm=args.gemm,
+        beam_size=args.beam_size,
+        alpha=args.alpha,
+        length_penalty=args.length_penalty,
+        max_len=args.max_len,
+        sample=args.sample,
+        temperature=args.temperature,
+        top_k=args.top_k,
+        top_p=args.top_p,
+        n_best=getattr(args, "n_best", None),
+        batch_size=args.batch_size,
+        max_tokens=args.max_tokens,
+        truncate=args.truncate,
     )
     vocab, beam = translator.model.config.target_vocab_size, translator.config.beam_size
     if not translator.config.sample and beam > vocab:
@@ -105,7 +131,9 @@ def read_lines(stream: BinaryIO, name: str) -> Iterator[str]:
             line = raw.decode("utf-8")
         except UnicodeDecodeError as err:
             if number == 1 and raw.startswith(b"\x1f\x8b"):  # gzip's magic number
-                raise ValueError(f"{name}: gzip-compressed; translate reads plain text: `zcat {name} | aiayn translate ...`") from None
+                raise ValueError(
+                    f"{name}: gzip-compressed; translate reads plain text: `zcat {name} | aiayn translate ...`"
+                ) from None
             raise ValueError(f"{name}: line {number}: not valid UTF-8 ({err.reason} at byte {err.start})") from None
         yield (line.removeprefix("\ufeff") if number == 1 else line).rstrip("\r\n")
 
@@ -121,8 +149,7 @@ def chunks(lines: Iterator[str], size: int) -> Iterator[list[str]]:
         yield block
 
 
-def each_block(stream: BinaryIO, name: str, out: TextIO, write: Callable[[list[str], int], None],
-               progress=None) -> int:
+def each_block(stream: BinaryIO, name: str, out: TextIO, write: Callable[[list[str], int], None], progress=None) -> int:
     """write(block, lines_before) for each CHUNK lines of stream, flushing out after each; returns the lines.
 
     A line too long for the model is an error naming its line number in the file.
@@ -158,8 +185,10 @@ def translate_stream(translator, stream: BinaryIO, name: str, out: TextIO, n_bes
 
 def run(args: argparse.Namespace) -> int:
     if args.input and args.output and same_file(args.input, args.output):
-        raise ValueError(f"-o {args.output}: the same file as -i {args.input}; the input would be replaced "
-                         f"by its translation; write to another file")
+        raise ValueError(
+            f"-o {args.output}: the same file as -i {args.input}; the input would be replaced "
+            f"by its translation; write to another file"
+        )
     if int(os.environ.get("WORLD_SIZE", 1)) > 1:  # under torchrun: each rank its share of the lines
         from . import translate_ranks
 

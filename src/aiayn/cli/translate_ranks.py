@@ -28,8 +28,10 @@ def run(args: argparse.Namespace) -> int:
     from .translate import load_translator, refuse_a_parser
 
     if not (args.input and args.output):
-        raise ValueError("under torchrun, give --input FILE and --output FILE (every rank reads the input file, so "
-                         "not standard input)")
+        raise ValueError(
+            "under torchrun, give --input FILE and --output FILE (every rank reads the input file, so "
+            "not standard input)"
+        )
     refuse_a_parser(args.model, "aiayn translate")  # on every rank, before the process group
     device, joined = distributed.init(torch.device(args.device))
     try:
@@ -43,7 +45,7 @@ def translate_file(args: argparse.Namespace, translator) -> int:
     rank, world = distributed.rank(), distributed.world_size()
     main = rank == 0
     done = mine = 0
-    with open(args.input, "rb") as stream, (text_output(args.output) if main else open(os.devnull, "w")) as out:
+    with open(args.input, "rb") as stream, text_output(args.output) if main else open(os.devnull, "w") as out:
         for block in chunks(read_lines(stream, args.input), CHUNK):
             share = list(range(rank, len(block), world))
             texts, error = translate_share(translator, block, share, done, args.n_best)
@@ -60,8 +62,9 @@ def translate_file(args: argparse.Namespace, translator) -> int:
     return 0
 
 
-def translate_share(translator, block: list[str], share: list[int], done: int,
-                    n_best: int | None) -> tuple[list[str], tuple[int, str] | None]:
+def translate_share(
+    translator, block: list[str], share: list[int], done: int, n_best: int | None
+) -> tuple[list[str], tuple[int, str] | None]:
     """The output text of each line of block in share (n_best lines each with --n-best), or an error."""
     from ..decode.translate import SentenceTooLong
 
@@ -72,9 +75,11 @@ def translate_share(translator, block: list[str], share: list[int], done: int,
         texts = []
         for j, hyps in zip(share, translator.translate_n_best(lines)):
             number = done + j + 1
-            texts.append("".join(f"{number}\t{h.score if h else 0.0:.4f}\t{h.text if h else ''}\n"
-                                 for h in hyps or [None] * n_best))
+            texts.append(
+                "".join(
+                    f"{number}\t{h.score if h else 0.0:.4f}\t{h.text if h else ''}\n" for h in hyps or [None] * n_best
+                )
+            )
         return texts, None
     except SentenceTooLong as err:
         return [], (done + share[err.index] + 1, err.detail)
-

@@ -42,11 +42,17 @@ def make_batches(src_lens: list[int], tgt_lens: list[int], batch_tokens: int, se
     for i in order:
         s, t = src_lens[i], tgt_lens[i]
         if max(s, t) > batch_tokens:
-            raise ValueError(f"pair {i} has {max(s, t)} tokens on one side, more than batch_tokens {batch_tokens}: "
-                             "raise train.batch_tokens or lower data.max_subwords")
+            raise ValueError(
+                f"pair {i} has {max(s, t)} tokens on one side, more than batch_tokens {batch_tokens}: "
+                "raise train.batch_tokens or lower data.max_subwords"
+            )
         n = len(batch) + 1
-        fits = (n_src + s <= batch_tokens and n_tgt + t <= batch_tokens
-                and n * max(longest_src, s) <= limit and n * max(longest_tgt, t) <= limit)
+        fits = (
+            n_src + s <= batch_tokens
+            and n_tgt + t <= batch_tokens
+            and n * max(longest_src, s) <= limit
+            and n * max(longest_tgt, t) <= limit
+        )
         if batch and not fits:
             batches.append(batch)
             batch, n_src, n_tgt, longest_src, longest_tgt = [], 0, 0, 0, 0
@@ -80,8 +86,14 @@ class BatchStream:
     (BPE-dropout, data/bpe_dropout.py); otherwise every epoch batches src_lens and tgt_lens.
     """
 
-    def __init__(self, src_lens: list[int], tgt_lens: list[int], batch_tokens: int, seed: int,
-                 lengths: Callable[[int], tuple[list[int], list[int]]] | None = None):
+    def __init__(
+        self,
+        src_lens: list[int],
+        tgt_lens: list[int],
+        batch_tokens: int,
+        seed: int,
+        lengths: Callable[[int], tuple[list[int], list[int]]] | None = None,
+    ):
         self.lengths = lengths or (lambda epoch: (src_lens, tgt_lens))
         self.batch_tokens, self.seed = batch_tokens, seed
         self.epoch, self.index = 1, 0  # the next batch is batches(epoch)[index]

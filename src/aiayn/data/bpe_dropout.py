@@ -33,7 +33,9 @@ def merge_tree(vocab: Vocab) -> tuple[np.ndarray, np.ndarray]:
     for piece, i in ids.items():
         symbols, last = list(piece), None
         while len(symbols) > 1:
-            pairs = [(sp.get_score(ids[a + b]), -k) for k, (a, b) in enumerate(zip(symbols, symbols[1:])) if a + b in ids]
+            pairs = [
+                (sp.get_score(ids[a + b]), -k) for k, (a, b) in enumerate(zip(symbols, symbols[1:])) if a + b in ids
+            ]
             if not pairs:
                 break
             k = -max(pairs)[1]
@@ -65,9 +67,11 @@ class SampledEpochs:
             src, tgt = self._sample(self.base.src, rng), self._sample(self.base.tgt, rng)
             fits = [len(s) <= self.max_subwords and len(t) <= self.max_subwords for s, t in zip(src, tgt)]
             self._epochs = {e: c for e, c in self._epochs.items() if e >= epoch - 1}
-            self._epochs[epoch] = EncodedCorpus([s if ok else b for s, b, ok in zip(src, self.base.src, fits)],
-                                                [t if ok else b for t, b, ok in zip(tgt, self.base.tgt, fits)],
-                                                self.base.lines)
+            self._epochs[epoch] = EncodedCorpus(
+                [s if ok else b for s, b, ok in zip(src, self.base.src, fits)],
+                [t if ok else b for t, b, ok in zip(tgt, self.base.tgt, fits)],
+                self.base.lines,
+            )
         return self._epochs[epoch]
 
     def lengths(self, epoch: int) -> tuple[list[int], list[int]]:

@@ -124,8 +124,10 @@ class EncodedCorpus:
         from .. import faults
         from ..io import write_atomic
 
-        data = save({**_flat("src", self.src), **_flat("tgt", self.tgt), "lines": torch.tensor(self.lines, dtype=torch.int64)},
-                    metadata={"key": key})
+        data = save(
+            {**_flat("src", self.src), **_flat("tgt", self.tgt), "lines": torch.tensor(self.lines, dtype=torch.int64)},
+            metadata={"key": key},
+        )
         path.parent.mkdir(parents=True, exist_ok=True)
         write_atomic(path, data, fault="cache")
         faults.point("cache.before-sidecar")
@@ -153,7 +155,9 @@ class EncodedCorpus:
 def cache_key(src_path: Path, tgt_path: Path, tokenizer, max_subwords: int) -> str:
     """What an encoded cache depends on: the files (path, size, time), the tokenizer's models, the filter."""
     files = [(str(p.resolve()), p.stat().st_size, p.stat().st_mtime_ns) for p in (src_path, tgt_path)]
-    protos = [getattr(tokenizer, name) for name in ("proto", "source_proto", "target_proto") if hasattr(tokenizer, name)]
+    protos = [
+        getattr(tokenizer, name) for name in ("proto", "source_proto", "target_proto") if hasattr(tokenizer, name)
+    ]
     tokens = hashlib.sha256(b"".join(protos) or repr(tokenizer).encode()).hexdigest()
     return hashlib.sha256(json.dumps([files, tokens, max_subwords]).encode()).hexdigest()
 

@@ -25,11 +25,13 @@ def read_sentencepiece(model_proto: bytes, where: str) -> spm.SentencePieceProce
 
 def _clear_trainer_errors(train: Callable[..., Vocab]) -> Callable[..., Vocab]:
     """Vocab.train with its failures as one line naming data.vocab_size (SentencePiece's own are C++ source)."""
+
     @functools.wraps(train)
     def checked(cls, sentences: Iterable[str], vocab_size: int, *args, **kwargs) -> Vocab:
         if vocab_size < UNK_ID + 2:
-            raise ValueError(f"data.vocab_size {vocab_size}: must be at least {UNK_ID + 2} "
-                             "(4 special tokens and a character)")
+            raise ValueError(
+                f"data.vocab_size {vocab_size}: must be at least {UNK_ID + 2} (4 special tokens and a character)"
+            )
         sentences = list(sentences)
         if not any(s.strip() for s in sentences):
             raise ValueError("no text to train the vocabulary on: the training files have no non-empty line")
@@ -37,6 +39,7 @@ def _clear_trainer_errors(train: Callable[..., Vocab]) -> Callable[..., Vocab]:
             return train(cls, sentences, vocab_size, *args, **kwargs)
         except RuntimeError as err:
             raise ValueError(_trainer_error(str(err), vocab_size)) from None
+
     return checked
 
 
@@ -75,7 +78,10 @@ class Vocab:
             model_type="bpe",
             vocab_size=vocab_size,
             character_coverage=1.0,
-            pad_id=PAD_ID, bos_id=BOS_ID, eos_id=EOS_ID, unk_id=UNK_ID,
+            pad_id=PAD_ID,
+            bos_id=BOS_ID,
+            eos_id=EOS_ID,
+            unk_id=UNK_ID,
             input_sentence_size=seed_sentences,
             shuffle_input_sentence=True,
             num_threads=2,
@@ -118,10 +124,14 @@ class Vocab:
 
 def _trainer_error(message: str, vocab_size: int) -> str:
     """SentencePiece's trainer error (a line of C++ source and its check) as one line naming data.vocab_size."""
-    if (found := re.search(r"Vocabulary size too high \((\d+)\)\. Please set it to a value <= (\d+)", message)):
-        return (f"data.vocab_size {vocab_size:,} is more than the training text allows: "
-                f"SentencePiece can make at most {int(found[2]):,} pieces from it")
-    if (found := re.search(r"Vocabulary size is smaller than required_chars\. (\d+) vs (\d+)", message)):
-        return (f"data.vocab_size {vocab_size:,} is less than the training text needs: "
-                f"at least {int(found[2]):,} pieces (each of its characters, and the special tokens)")
+    if found := re.search(r"Vocabulary size too high \((\d+)\)\. Please set it to a value <= (\d+)", message):
+        return (
+            f"data.vocab_size {vocab_size:,} is more than the training text allows: "
+            f"SentencePiece can make at most {int(found[2]):,} pieces from it"
+        )
+    if found := re.search(r"Vocabulary size is smaller than required_chars\. (\d+) vs (\d+)", message):
+        return (
+            f"data.vocab_size {vocab_size:,} is less than the training text needs: "
+            f"at least {int(found[2]):,} pieces (each of its characters, and the special tokens)"
+        )
     return f"SentencePiece could not train a vocabulary of {vocab_size:,} pieces: {message.splitlines()[0]}"

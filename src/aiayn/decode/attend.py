@@ -44,7 +44,10 @@ def _load() -> tuple[tuple | None, str | None]:
             for function in functions:
                 function.restype = None
                 function.argtypes = [ctypes.c_void_p] * 6 + [ctypes.c_long] * 6 + [ctypes.c_float, ctypes.c_int]
-            with torch.autocast("cpu", enabled=False), torch.inference_mode():  # the checks in float32, as decoding calls it
+            with (
+                torch.autocast("cpu", enabled=False),
+                torch.inference_mode(),
+            ):  # the checks in float32, as decoding calls it
                 why = _check(*functions)
         except Exception as err:  # optional: whatever goes wrong, decoding goes on without it, and says why
             why = f"{SOURCE.name}'s check failed: {err}"
@@ -61,13 +64,17 @@ def _check(self_attention, source_attention) -> str | None:
         k, v = randn(t + 2, R, h, d_k), randn(t + 2, R, h, d_v)
         table = torch.randint(0, R, (t + 2, R), generator=generator)
         q = randn(N, h, d_k)
-        if not torch.allclose(_self(self_attention, q, k, v, table, t), reference(q, k, v, table, t), atol=1e-5, rtol=1e-4):
+        if not torch.allclose(
+            _self(self_attention, q, k, v, table, t), reference(q, k, v, table, t), atol=1e-5, rtol=1e-4
+        ):
             return f"{SOURCE.name} disagreed with PyTorch's attention on a check (N={N}, h={h}, t={t})"
     for B, K, h, S, d_k, d_v in ((1, 1, 1, 1, 8, 8), (3, 2, 2, 9, 16, 24), (2, 4, 3, 33, 9, 5)):
         q = randn(B * K, h, d_k)
         k, v = randn(B, h, S, d_k), randn(B, h, S, d_v)
         mask = torch.arange(S) < torch.randint(1, S + 1, (B, 1), generator=generator)  # (B, S), at least one True
-        if not torch.allclose(_source(source_attention, q, k, v, mask), source_reference(q, k, v, mask), atol=1e-5, rtol=1e-4):
+        if not torch.allclose(
+            _source(source_attention, q, k, v, mask), source_reference(q, k, v, mask), atol=1e-5, rtol=1e-4
+        ):
             return f"{SOURCE.name} disagreed with PyTorch's attention on a check (B={B}, K={K}, S={S})"
     return None
 
@@ -87,9 +94,26 @@ def _self(function, q: Tensor, k: Tensor, v: Tensor, table: Tensor, t: int) -> T
     N = q.size(0)
     _, R, h, d_k = k.shape
     d_v = v.size(-1)
-    out, scores = torch.empty(N, h * d_v, dtype=torch.float32, device="cpu"), torch.empty(N * h * t, dtype=torch.float32, device="cpu")
-    function(q.data_ptr(), k.data_ptr(), v.data_ptr(), table.data_ptr(), out.data_ptr(), scores.data_ptr(),
-             N, h, t, d_k, d_v, R, 1 / math.sqrt(d_k), torch.get_num_threads())
+    out, scores = (
+        torch.empty(N, h * d_v, dtype=torch.float32, device="cpu"),
+        torch.empty(N * h * t, dtype=torch.float32, device="cpu"),
+    )
+    function(
+        q.data_ptr(),
+        k.data_ptr(),
+        v.data_ptr(),
+        table.data_ptr(),
+        out.data_ptr(),
+        scores.data_ptr(),
+        N,
+        h,
+        t,
+        d_k,
+        d_v,
+        R,
+        1 / math.sqrt(d_k),
+        torch.get_num_threads(),
+    )
     return out
 
 
@@ -97,9 +121,26 @@ def _source(function, q: Tensor, k: Tensor, v: Tensor, mask: Tensor) -> Tensor:
     """The encoder-decoder call, unchecked: q (B * K, h, d_k), k, v, mask (B, S) bool, contiguous; (B * K, h * d_v)."""
     B, h, S, d_k = k.shape
     K, d_v = q.size(0) // B, v.size(-1)
-    out, scores = torch.empty(B * K, h * d_v, dtype=torch.float32, device="cpu"), torch.empty(B * h * K * S, dtype=torch.float32, device="cpu")
-    function(q.data_ptr(), k.data_ptr(), v.data_ptr(), mask.data_ptr(), out.data_ptr(), scores.data_ptr(),
-             B, K, h, S, d_k, d_v, 1 / math.sqrt(d_k), torch.get_num_threads())
+    out, scores = (
+        torch.empty(B * K, h * d_v, dtype=torch.float32, device="cpu"),
+        torch.empty(B * h * K * S, dtype=torch.float32, device="cpu"),
+    )
+    function(
+        q.data_ptr(),
+        k.data_ptr(),
+        v.data_ptr(),
+        mask.data_ptr(),
+        out.data_ptr(),
+        scores.data_ptr(),
+        B,
+        K,
+        h,
+        S,
+        d_k,
+        d_v,
+        1 / math.sqrt(d_k),
+        torch.get_num_threads(),
+    )
     return out
 
 
@@ -111,9 +152,18 @@ def attend(q: Tensor, k: Tensor, v: Tensor, table: Tensor, t: int) -> Tensor:
     capacity, R, h, d_k = k.shape
     if not _float32_cpu(q, k, v):
         raise ValueError("attend.attend takes float32 tensors on the CPU")
-    if (q.shape[1:] != (h, d_k) or q.size(0) > R or v.shape[:3] != k.shape[:3] or table.shape != (capacity, R)
-            or not 0 < t <= capacity or table.dtype != torch.long or not (k.is_contiguous() and v.is_contiguous() and table.is_contiguous())):
-        raise ValueError(f"attend.attend: q {tuple(q.shape)}, keys {tuple(k.shape)}, table {tuple(table.shape)}, t={t} do not go together")
+    if (
+        q.shape[1:] != (h, d_k)
+        or q.size(0) > R
+        or v.shape[:3] != k.shape[:3]
+        or table.shape != (capacity, R)
+        or not 0 < t <= capacity
+        or table.dtype != torch.long
+        or not (k.is_contiguous() and v.is_contiguous() and table.is_contiguous())
+    ):
+        raise ValueError(
+            f"attend.attend: q {tuple(q.shape)}, keys {tuple(k.shape)}, table {tuple(table.shape)}, t={t} do not go together"
+        )
     return _self(_load()[0][0], q.contiguous(), k, v, table, t)
 
 
@@ -125,9 +175,16 @@ def source(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:
     mask = torch.ones(B, S, dtype=torch.bool) if mask is None else mask
     if not _float32_cpu(q, k, v) or mask.dtype != torch.bool:
         raise ValueError("attend.source takes float32 tensors and a bool mask on the CPU")
-    if ((mask.shape != (B, 1, 1, S) and mask.shape != (B, S)) or q.size(0) % B or q.shape[1:] != (h, d_k)
-            or v.shape[:3] != (B, h, S) or not (k.is_contiguous() and v.is_contiguous())):
-        raise ValueError(f"attend.source: q {tuple(q.shape)}, keys {tuple(k.shape)}, mask {tuple(mask.shape)} do not go together")
+    if (
+        (mask.shape != (B, 1, 1, S) and mask.shape != (B, S))
+        or q.size(0) % B
+        or q.shape[1:] != (h, d_k)
+        or v.shape[:3] != (B, h, S)
+        or not (k.is_contiguous() and v.is_contiguous())
+    ):
+        raise ValueError(
+            f"attend.source: q {tuple(q.shape)}, keys {tuple(k.shape)}, mask {tuple(mask.shape)} do not go together"
+        )
     return _source(_load()[0][1], q.contiguous(), k, v, mask.reshape(B, S).contiguous())
 
 
@@ -157,5 +214,10 @@ def takes(attention: nn.Module) -> bool:
     """Whether a layer's attention module computes plain eq. (1), so that a kernel may stand in for it: the model's
     own, `attention.OneQueryAttention` or `attention.SourceAttention`, as they are (no subclass, hook or forward of
     its own), not training."""
-    return (type(attention) in (DotProductAttention, OneQueryAttention, SourceAttention) and "forward" not in vars(attention)
-            and not attention.training and not attention._forward_hooks and not attention._forward_pre_hooks)
+    return (
+        type(attention) in (DotProductAttention, OneQueryAttention, SourceAttention)
+        and "forward" not in vars(attention)
+        and not attention.training
+        and not attention._forward_hooks
+        and not attention._forward_pre_hooks
+    )

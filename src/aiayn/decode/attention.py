@@ -39,8 +39,9 @@ def written_out(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:
 class OneQueryAttention(DotProductAttention):
     """Eq. (1); one unmasked query per row over many rows on a CPU takes the written-out formula."""
 
-    def forward(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None,
-                need_weights: bool = False) -> tuple[Tensor, Tensor | None]:
+    def forward(
+        self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, need_weights: bool = False
+    ) -> tuple[Tensor, Tensor | None]:
         one_query = mask is None and q.size(2) == 1 and q.size(0) >= MIN_ROWS_WRITTEN_OUT and q.device.type == "cpu"
         if need_weights or not one_query or (self.training and self.p_drop > 0):
             return super().forward(q, k, v, mask, need_weights)
@@ -51,8 +52,9 @@ class SourceAttention(DotProductAttention):
     """Eq. (1) for encoder-decoder attention on a CPU: written out where a sentence has 2 or more queries
     (its hypotheses) or there are 32 or more sentences, else PyTorch's fused kernel."""
 
-    def forward(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None,
-                need_weights: bool = False) -> tuple[Tensor, Tensor | None]:
+    def forward(
+        self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, need_weights: bool = False
+    ) -> tuple[Tensor, Tensor | None]:
         many = q.size(2) >= MIN_QUERIES_WRITTEN_OUT or q.size(0) >= MIN_ROWS_WRITTEN_OUT
         if need_weights or not many or q.device.type != "cpu" or (self.training and self.p_drop > 0):
             return super().forward(q, k, v, mask, need_weights)

@@ -213,7 +213,9 @@ def measure(config: ModelConfig, rows: int, repeats: int = 3) -> dict[str, float
     with torch.inference_mode():
         products = {name: layers / copies * s for name, s in layer_seconds(config, rows, copies, repeats).items()}
         trim_heap()  # the layers' stand-ins freed (glibc keeps blocks up to 32 MiB): not under the vocabulary's
-        projection = {name: V / measured * s for name, s in projection_seconds(rows, config.d_model, measured, repeats).items()}
+        projection = {
+            name: V / measured * s for name, s in projection_seconds(rows, config.d_model, measured, repeats).items()
+        }
     seconds = {name: products[name] + projection[name] for name in LAYER_BACKENDS if name in products}
     if "packed" in projection:
         seconds["mkl+packed"] = products["mkl"] + projection["packed"]
@@ -308,7 +310,10 @@ def _mkl_free_buffers():
     if not torch.backends.mkl.is_available() or not hasattr(os, "RTLD_NOLOAD"):
         return None
     library = None
-    for name in ("libtorch_cpu.so", str(Path(torch.__file__).parent / "lib" / "libtorch_cpu.so")):  # by soname, wherever it is
+    for name in (
+        "libtorch_cpu.so",
+        str(Path(torch.__file__).parent / "lib" / "libtorch_cpu.so"),
+    ):  # by soname, wherever it is
         try:
             library = ctypes.CDLL(name, mode=os.RTLD_NOLOAD | os.RTLD_LAZY)
             break
@@ -364,7 +369,9 @@ def choose(config: ModelConfig, rows: int, option: str | None = None) -> str:
 
 
 # The measure's stand-in matrices at most (opus-mt's: 0.2 GiB): a quarter of this machine's memory, 16 GiB at most.
-MEASURE_BYTES = min(16 << 30, os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 4) if hasattr(os, "sysconf") else 4 << 30
+MEASURE_BYTES = (
+    min(16 << 30, os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 4) if hasattr(os, "sysconf") else 4 << 30
+)
 
 
 def stand_in_bytes(config: ModelConfig) -> int:
@@ -399,7 +406,9 @@ def use_onednn(model: nn.Module, packed_rows: int | None = None, own: bool = Fal
     With own, the step's products (the decoder's other layers and the pre-softmax projection) run on aiayn's
     own product up to `gemv.MAX_ROWS` rows (`gemv.GemvLinear`, `gemv.GemvProjection`), on oneDNN above."""
     once_a_batch = {id(m) for m in model.encoder.modules()}
-    once_a_batch |= {id(m) for layer in model.decoder.layers for m in (layer.cross_attn.k_proj, layer.cross_attn.v_proj)}
+    once_a_batch |= {
+        id(m) for layer in model.decoder.layers for m in (layer.cross_attn.k_proj, layer.cross_attn.v_proj)
+    }
 
     def swap(module: nn.Module, rows: int | None, in_decoder: bool) -> None:
         for child_name in [name for name, _ in module.named_children()]:  # names: no list keeps a replaced child

@@ -58,7 +58,9 @@ class BeamState:
 
 
 @torch.inference_mode()
-def beam_search(model: Transformer | StepModel, src: Tensor, config: DecodeConfig = DecodeConfig()) -> list[list[Hypothesis]]:
+def beam_search(
+    model: Transformer | StepModel, src: Tensor, config: DecodeConfig = DecodeConfig()
+) -> list[list[Hypothesis]]:
     """The config.n_best best hypotheses of each sentence of src (B, S), best first."""
     model = as_step_model(model)
     K = config.beam_size
@@ -100,7 +102,9 @@ def beam_search(model: Transformer | StepModel, src: Tensor, config: DecodeConfi
     return results
 
 
-def _advance(state: BeamState, log_probs: Tensor, t: int, K: int, eos: int, config: DecodeConfig) -> tuple[BeamState, Tensor]:
+def _advance(
+    state: BeamState, log_probs: Tensor, t: int, K: int, eos: int, config: DecodeConfig
+) -> tuple[BeamState, Tensor]:
     """One step: the 2K best continuations; the top-ranked that end in </s> finish, K others live on.
 
     log_probs (B*k, V) are the next-token log-probabilities of the k live hypotheses of each sentence.
@@ -163,10 +167,13 @@ def top_k(x: Tensor, k: int, block: int = 128) -> tuple[Tensor, Tensor]:
         return x.topk(k, dim=1)
     full = x[:, : n_blocks * block].view(N, n_blocks, block)  # (N, n_blocks, block), no copy
     best_blocks = full.amax(dim=2).topk(k, dim=1).indices  # (N, k)
-    candidates = torch.cat([
-        full.gather(1, best_blocks[:, :, None].expand(N, k, block)).view(N, k * block),
-        x[:, n_blocks * block :],  # the partial block at the end
-    ], dim=1)  # (N, k * block + V % block)
+    candidates = torch.cat(
+        [
+            full.gather(1, best_blocks[:, :, None].expand(N, k, block)).view(N, k * block),
+            x[:, n_blocks * block :],  # the partial block at the end
+        ],
+        dim=1,
+    )  # (N, k * block + V % block)
     values, position = candidates.topk(k, dim=1)
     column = best_blocks.gather(1, (position // block).clamp(max=k - 1)) * block + position % block
     column = torch.where(position < k * block, column, position - k * block + n_blocks * block)

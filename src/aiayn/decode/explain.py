@@ -60,13 +60,22 @@ class Tree:
         return tokens[::-1]
 
     def to_dict(self) -> dict:
-        return {"nodes": [asdict(n) for n in self.nodes], "steps": self.steps, "best": self.best,
-                "best_score": self.best_score}
+        return {
+            "nodes": [asdict(n) for n in self.nodes],
+            "steps": self.steps,
+            "best": self.best,
+            "best_score": self.best_score,
+        }
 
 
 @torch.inference_mode()
-def beam_tree(model: Transformer | StepModel, src: Tensor, config: DecodeConfig = DecodeConfig(),
-              prefix: list[int] = (), alternatives: int = 5) -> Tree:
+def beam_tree(
+    model: Transformer | StepModel,
+    src: Tensor,
+    config: DecodeConfig = DecodeConfig(),
+    prefix: list[int] = (),
+    alternatives: int = 5,
+) -> Tree:
     """The beam-search tree of one sentence src (1, S), after forcing the target tokens `prefix`."""
     model = as_step_model(model)
     K = config.beam_size
@@ -82,9 +91,18 @@ def beam_tree(model: Transformer | StepModel, src: Tensor, config: DecodeConfig 
         probs = log_probs[0].float().exp()
         top = probs.topk(min(alternatives, probs.numel()))
         parent = nodes[-1]
-        nodes.append(Node(len(nodes), parent.id, token, t + 1, parent.log_prob + float(log_probs[0, token]),
-                          forced=True, token_prob=float(probs[token]),
-                          alternatives=[(int(i), float(p)) for p, i in zip(top.values, top.indices)]))
+        nodes.append(
+            Node(
+                len(nodes),
+                parent.id,
+                token,
+                t + 1,
+                parent.log_prob + float(log_probs[0, token]),
+                forced=True,
+                token_prob=float(probs[token]),
+                alternatives=[(int(i), float(p)) for p, i in zip(top.values, top.indices)],
+            )
+        )
         last = torch.tensor([[token]], device=src.device)
     if prefix and prefix[-1] == model.eos_id:  # a forced end: the prefix is the whole translation
         nodes[-1].finished, nodes[-1].score = True, nodes[-1].log_prob / _penalty(config, len(prefix))
@@ -107,8 +125,9 @@ def check_prefix(model: StepModel, prefix: list[int], limit: int) -> None:
             raise ValueError(f"token {i + 1} of the forced prefix is </s>, which may only come last")
 
 
-def _search(model: StepModel, cache, last: Tensor, nodes: list[Node], K: int, start: int, limit: int,
-            config: DecodeConfig) -> tuple[list[list[int]], list[int]]:
+def _search(
+    model: StepModel, cache, last: Tensor, nodes: list[Node], K: int, start: int, limit: int, config: DecodeConfig
+) -> tuple[list[list[int]], list[int]]:
     """Beam search from the single hypothesis nodes[-1] at length start; nodes grow in place.
 
     Returns the node ids of each step and the ids of the finished set (best first).
@@ -177,8 +196,15 @@ def _penalty(config: DecodeConfig, length: int) -> float:
     return float(length) ** config.alpha
 
 
-def _done(nodes: list[Node], live: list[tuple[int, int]], finished: list[int], K: int, limit: int, t: int,
-          config: DecodeConfig) -> bool:
+def _done(
+    nodes: list[Node],
+    live: list[tuple[int, int]],
+    finished: list[int],
+    K: int,
+    limit: int,
+    t: int,
+    config: DecodeConfig,
+) -> bool:
     """No live hypothesis can beat the K-th finished one (beam.py's bound), or the length limit."""
     if t + 1 >= limit or not live:
         return True

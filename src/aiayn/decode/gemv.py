@@ -40,14 +40,22 @@ from .projection import BufferedProjection
 
 SOURCE = Path(__file__).with_name("gemv.c")
 MAX_ROWS = 4  # rows a call multiplies: a step's hypotheses at batch 1, beam 4 (more go to oneDNN)
-FLAGS = ["-O3", "-march=native", "-fopenmp-simd", "-shared", "-fPIC"]  # then -fopenmp and PyTorch's libgomp, if it has one
+FLAGS = [
+    "-O3",
+    "-march=native",
+    "-fopenmp-simd",
+    "-shared",
+    "-fPIC",
+]  # then -fopenmp and PyTorch's libgomp, if it has one
 SYMBOL = "aiayn_gemv_f32"
 ARGMAX = "aiayn_argmax_f32"  # greedy search's pick, in the same file
 
 
 def cache_folder() -> Path:
     """Where built kernels are kept: $AIAYN_CACHE, else $XDG_CACHE_HOME/aiayn, else ~/.cache/aiayn; then kernels/."""
-    root = os.environ.get("AIAYN_CACHE") or os.path.join(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache", "aiayn")
+    root = os.environ.get("AIAYN_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache", "aiayn"
+    )
     return Path(root) / "kernels"
 
 
@@ -69,13 +77,19 @@ def _libgomp() -> str | None:
         return resolved if os.path.basename(resolved).startswith("libgomp") else None
     gomps = [p for p in loaded if os.path.basename(p).startswith("libgomp")]
     torch_folder = os.path.dirname(os.path.realpath(torch.__file__))
-    torchs = [p for p in gomps if os.path.realpath(p).startswith((torch_folder + os.sep, torch_folder + ".libs" + os.sep))]
+    torchs = [
+        p for p in gomps if os.path.realpath(p).startswith((torch_folder + os.sep, torch_folder + ".libs" + os.sep))
+    ]
     return torchs[0] if torchs else gomps[0] if len(gomps) == 1 else None
 
 
 class _DlInfo(ctypes.Structure):
-    _fields_ = [("dli_fname", ctypes.c_char_p), ("dli_fbase", ctypes.c_void_p),
-                ("dli_sname", ctypes.c_char_p), ("dli_saddr", ctypes.c_void_p)]
+    _fields_ = [
+        ("dli_fname", ctypes.c_char_p),
+        ("dli_fbase", ctypes.c_void_p),
+        ("dli_sname", ctypes.c_char_p),
+        ("dli_saddr", ctypes.c_void_p),
+    ]
 
 
 def _openmp_of(library: str) -> str | None:
@@ -100,10 +114,13 @@ def _openmp_of(library: str) -> str | None:
 
 def _key(source: Path, compiler: str, flags: list[str]) -> str:
     """A hash of what a built library depends on: its source, the compiler, its flags, the CPU."""
-    version = subprocess.run([compiler, "--version"], capture_output=True, text=True, errors="replace", timeout=30).stdout
+    version = subprocess.run(
+        [compiler, "--version"], capture_output=True, text=True, errors="replace", timeout=30
+    ).stdout
     try:
-        cpu = "".join(line for line in Path("/proc/cpuinfo").read_text().splitlines()
-                      if line.startswith(("model name", "flags")))  # -march=native builds for this CPU
+        cpu = "".join(
+            line for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith(("model name", "flags"))
+        )  # -march=native builds for this CPU
     except OSError:
         cpu = platform.processor()
     parts = [source.read_bytes(), version.encode(), " ".join(flags).encode(), platform.machine().encode(), cpu.encode()]
@@ -132,8 +149,10 @@ def _build(source: Path, compiler: str, flags: list[str], link: list[str], folde
     """source's library built into folder/name (written whole: a temporary file, then renamed)."""
     folder.mkdir(mode=0o700, parents=True, exist_ok=True)
     if not _private(folder) or not _trusted_path(folder):
-        raise OSError(f"{folder} is not this user's alone (another user owns it, or could write to it or a folder "
-                      "above it); not loading code from it: set AIAYN_CACHE to a folder of your own")
+        raise OSError(
+            f"{folder} is not this user's alone (another user owns it, or could write to it or a folder "
+            "above it); not loading code from it: set AIAYN_CACHE to a folder of your own"
+        )
     target = folder / name
     if target.is_file() and _private(target):
         return target
@@ -151,7 +170,9 @@ def _build(source: Path, compiler: str, flags: list[str], link: list[str], folde
 
 
 @functools.lru_cache(maxsize=None)
-def build(source: Path, libraries: tuple[str, ...] = (), defines: tuple[str, ...] = ()) -> tuple[ctypes.CDLL | None, str | None]:
+def build(
+    source: Path, libraries: tuple[str, ...] = (), defines: tuple[str, ...] = ()
+) -> tuple[ctypes.CDLL | None, str | None]:
     """(source's library, built and loaded as this module's docstring says, None), or (None, why not); libraries
     are linked too ("-lm"), defines passed to the compiler ("-DNAME"). The caller takes its functions, sets their
     argument types and checks them against PyTorch before it uses them."""
@@ -166,7 +187,9 @@ def build(source: Path, libraries: tuple[str, ...] = (), defines: tuple[str, ...
         # -lgomp out: the system's libgomp beside PyTorch's would be a second runtime), and libc.
         flags = FLAGS + list(defines) + (["-fopenmp", "-nodefaultlibs"] if gomp else [])
         link = [*libraries, *([gomp, "-lc"] if gomp else [])]
-        path = _build(source, compiler, flags, link, cache_folder(), f"{source.stem}-{_key(source, compiler, flags + link)}.so")
+        path = _build(
+            source, compiler, flags, link, cache_folder(), f"{source.stem}-{_key(source, compiler, flags + link)}.so"
+        )
         return ctypes.CDLL(str(path)), None
     except Exception as err:  # optional: whatever goes wrong, decoding goes on without it, and says why
         return None, f"could not build {source.name}: {err}"
@@ -219,14 +242,23 @@ def argmax(x: Tensor) -> tuple[Tensor, Tensor] | None:
     """x.max(dim=1) for x (N, V) float32, contiguous, on the CPU: the largest value of each row and its column (the
     first among equals; a NaN counts the largest), (N, 1) each, by the C pick; None where it is not built or x is
     not such a tensor (empty rows, or one that tracks a gradient, which the pick would not carry)."""
-    if (x.dim() != 2 or x.size(1) == 0 or x.dtype != torch.float32 or x.device.type != "cpu" or not x.is_contiguous()
-            or x.requires_grad):
+    if (
+        x.dim() != 2
+        or x.size(1) == 0
+        or x.dtype != torch.float32
+        or x.device.type != "cpu"
+        or not x.is_contiguous()
+        or x.requires_grad
+    ):
         return None
     function = _load_argmax()
     if function is None:
         return None
     N, V = x.shape
-    best, column = torch.empty(N, 1, dtype=torch.float32), torch.empty(N, 1, dtype=torch.long)  # float32 whatever the default
+    best, column = (
+        torch.empty(N, 1, dtype=torch.float32),
+        torch.empty(N, 1, dtype=torch.long),
+    )  # float32 whatever the default
     function(x.data_ptr(), N, V, best.data_ptr(), column.data_ptr(), torch.get_num_threads())
     return best, column
 
@@ -249,26 +281,53 @@ def product(x: Tensor, weight: Tensor, bias: Tensor | None = None, out: Tensor |
     M, K = x.shape
     N = weight.size(0)
     out = torch.empty(M, N, dtype=torch.float32) if out is None else out
-    if (not takes(weight, bias) or weight.size(1) != K or out.shape != (M, N) or M > MAX_ROWS
-            or any(t.dtype != torch.float32 or t.device.type != "cpu" or not t.is_contiguous() for t in (x, out))):
-        raise ValueError(f"gemv.product: x {tuple(x.shape)}, W {tuple(weight.shape)}: not float32 (M <= {MAX_ROWS}, K) "
-                         "times (N, K), contiguous, on the CPU")
+    if (
+        not takes(weight, bias)
+        or weight.size(1) != K
+        or out.shape != (M, N)
+        or M > MAX_ROWS
+        or any(t.dtype != torch.float32 or t.device.type != "cpu" or not t.is_contiguous() for t in (x, out))
+    ):
+        raise ValueError(
+            f"gemv.product: x {tuple(x.shape)}, W {tuple(weight.shape)}: not float32 (M <= {MAX_ROWS}, K) "
+            "times (N, K), contiguous, on the CPU"
+        )
     return _multiply(x, weight, bias, out)
 
 
 def _multiply(x: Tensor, weight: Tensor, bias: Tensor | None, out: Tensor) -> Tensor:
     """The C call, unchecked: x (M, K), weight (N, K), bias (N,) or None, out (M, N), as `product` checks them."""
-    _load()[0](x.data_ptr(), weight.data_ptr(), None if bias is None else bias.data_ptr(), out.data_ptr(),
-               x.size(0), weight.size(0), x.size(1), torch.get_num_threads())
+    _load()[0](
+        x.data_ptr(),
+        weight.data_ptr(),
+        None if bias is None else bias.data_ptr(),
+        out.data_ptr(),
+        x.size(0),
+        weight.size(0),
+        x.size(1),
+        torch.get_num_threads(),
+    )
     return out
 
 
 def takes(matrix: Tensor, bias: Tensor | None) -> bool:
     """Whether a module's matrix (N, K) and bias (N,) can go to the kernel: checked once, when it is made."""
-    return (kernel() is not None and matrix.dim() == 2 and matrix.dtype == torch.float32 and matrix.is_contiguous()
-            and matrix.device.type == "cpu"
-            and (bias is None or (bias.shape == matrix.shape[:1] and bias.dtype == torch.float32 and bias.is_contiguous()
-                                  and bias.device.type == "cpu")))
+    return (
+        kernel() is not None
+        and matrix.dim() == 2
+        and matrix.dtype == torch.float32
+        and matrix.is_contiguous()
+        and matrix.device.type == "cpu"
+        and (
+            bias is None
+            or (
+                bias.shape == matrix.shape[:1]
+                and bias.dtype == torch.float32
+                and bias.is_contiguous()
+                and bias.device.type == "cpu"
+            )
+        )
+    )
 
 
 def few_rows(x: Tensor, K: int, matrix: Tensor) -> int:
@@ -296,7 +355,9 @@ class GemvLinear(nn.Module):
         self.direct = takes(self.weight, self.bias)
 
     def forward(self, x: Tensor) -> Tensor:
-        params = self._parameters  # read as a dict: nn.Module's attribute lookup costs 0.5 µs a name, at ~50 calls a step
+        params = (
+            self._parameters
+        )  # read as a dict: nn.Module's attribute lookup costs 0.5 µs a name, at ~50 calls a step
         weight, bias, K = params["weight"], params.get("bias"), self.in_features  # no bias: not a parameter
         rows = few_rows(x, K, weight) if self.direct else 0
         if not rows:

@@ -33,7 +33,9 @@ def greedy_search(model: Transformer, src: Tensor, max_len: int | Tensor | None 
 
 
 @torch.inference_mode()
-def greedy_hypotheses(model: Transformer | StepModel, src: Tensor, config: DecodeConfig = DecodeConfig()) -> list[list[Hypothesis]]:
+def greedy_hypotheses(
+    model: Transformer | StepModel, src: Tensor, config: DecodeConfig = DecodeConfig()
+) -> list[list[Hypothesis]]:
     """Greedy search with beam_search's limits and result type: one hypothesis per sentence."""
     step = as_step_model(model)
     hyps = one_path(step, src, search_limits(step, src, config), argmax, config.forced_eos)
@@ -52,8 +54,13 @@ def scored(hyps: list[Hypothesis], config: DecodeConfig) -> list[list[Hypothesis
     return [[Hypothesis(h.tokens, h.log_prob / lp(len(h.tokens)), h.log_prob)] for h in hyps]
 
 
-def one_path(step: StepModel, src: Tensor, limits: Tensor,
-             choose: Callable[[Tensor], tuple[Tensor, Tensor]], forced_eos: bool = False) -> list[Hypothesis]:
+def one_path(
+    step: StepModel,
+    src: Tensor,
+    limits: Tensor,
+    choose: Callable[[Tensor], tuple[Tensor, Tensor]],
+    forced_eos: bool = False,
+) -> list[Hypothesis]:
     """One output per sentence of src (B, S), each token picked by choose(log_probs) until </s> or its limit.
 
     choose maps the step's (B', V) log-probabilities to the picked tokens' log-probabilities and the

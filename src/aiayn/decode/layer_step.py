@@ -44,13 +44,28 @@ def fits(model: Transformer) -> bool:
     decoder = model.decoder
     expected = [(decoder, Decoder), (decoder.dropout, nn.Dropout)]
     for layer in decoder.layers:
-        expected += [(layer, DecoderLayer), (layer.dropout, nn.Dropout), (layer.self_attn, MultiHeadAttention),
-                     (layer.cross_attn, MultiHeadAttention), (layer.ffn, FeedForward), (layer.ffn.dropout, nn.Dropout)]
-        expected += [(norm, nn.LayerNorm) for norm in (layer.self_attn_layer_norm, layer.cross_attn_layer_norm, layer.final_layer_norm)]
+        expected += [
+            (layer, DecoderLayer),
+            (layer.dropout, nn.Dropout),
+            (layer.self_attn, MultiHeadAttention),
+            (layer.cross_attn, MultiHeadAttention),
+            (layer.ffn, FeedForward),
+            (layer.ffn.dropout, nn.Dropout),
+        ]
+        expected += [
+            (norm, nn.LayerNorm)
+            for norm in (layer.self_attn_layer_norm, layer.cross_attn_layer_norm, layer.final_layer_norm)
+        ]
     if nn.modules.module._global_forward_hooks or nn.modules.module._global_forward_pre_hooks:
         return False  # hooks on every module (torch.nn.modules.module.register_module_forward_hook)
-    return all(type(module) is kind and "forward" not in vars(module) and not module.training
-               and not module._forward_hooks and not module._forward_pre_hooks for module, kind in expected)
+    return all(
+        type(module) is kind
+        and "forward" not in vars(module)
+        and not module.training
+        and not module._forward_hooks
+        and not module._forward_pre_hooks
+        for module, kind in expected
+    )
 
 
 def applies(model: Transformer, tokens: Tensor) -> bool:
@@ -58,8 +73,13 @@ def applies(model: Transformer, tokens: Tensor) -> bool:
     return tokens.size(1) == 1 and not model.training
 
 
-def decode_step(model: Transformer, tokens: Tensor, memory_kv: list[KeyValue], src_mask: Tensor,
-                caches: Sequence[SelfAttentionCache]) -> Tensor:
+def decode_step(
+    model: Transformer,
+    tokens: Tensor,
+    memory_kv: list[KeyValue],
+    src_mask: Tensor,
+    caches: Sequence[SelfAttentionCache],
+) -> Tensor:
     """tokens (N, 1) -> logits (N, V) of the next token; each cache is given the new position (§3.2.3)."""
     decoder = model.decoder
     y = decoder.embed(tokens[:, 0]) + decoder.positions(1, caches[0].length)  # (N, D)
@@ -71,8 +91,9 @@ def decode_step(model: Transformer, tokens: Tensor, memory_kv: list[KeyValue], s
     return model.project(y)
 
 
-def layer_step(layer: DecoderLayer, y: Tensor, memory_kv: KeyValue, src_mask: Tensor, cache: SelfAttentionCache,
-               own: bool = False) -> Tensor:
+def layer_step(
+    layer: DecoderLayer, y: Tensor, memory_kv: KeyValue, src_mask: Tensor, cache: SelfAttentionCache, own: bool = False
+) -> Tensor:
     """`DecoderLayer.forward` at one position: y (N, D) -> (N, D), each sub-layer LayerNorm(y + Sublayer(y)) (§3.1);
     own: both attentions on `attend.c` (cache a `state.KVBuffer` with a row table), else on the layer's modules."""
     N, _ = y.shape
@@ -93,7 +114,9 @@ def layer_step(layer: DecoderLayer, y: Tensor, memory_kv: KeyValue, src_mask: Te
         out = attend.source(attn.q_proj(y).view(N, h, d_k), memory_kv.k, memory_kv.v, src_mask)  # (N, h * d_v)
     else:
         q = attn.q_proj(y).view(B, N // B, h, d_k).transpose(1, 2)  # (B, h, K, d_k)
-        out = attn.attention(q, memory_kv.k, memory_kv.v, src_mask)[0].transpose(1, 2).reshape(N, h * d_v)  # (B, h, K, d_v) -> (N, h * d_v)
+        out = (
+            attn.attention(q, memory_kv.k, memory_kv.v, src_mask)[0].transpose(1, 2).reshape(N, h * d_v)
+        )  # (B, h, K, d_v) -> (N, h * d_v)
     y = add_norm(y, attn.out_proj(out), layer.cross_attn_layer_norm)
     ffn = layer.ffn
     fc1 = ffn.fc1  # in place where its output is its own and no hook of its may have kept it

@@ -41,7 +41,9 @@ def column_major(t: Tensor) -> Tensor:
 
 
 @torch.no_grad()
-def for_decoding(model: Transformer, gemm: str = "mkl", rows: int = 4, release: Callable[[], None] | None = None) -> Transformer:
+def for_decoding(
+    model: Transformer, gemm: str = "mkl", rows: int = 4, release: Callable[[], None] | None = None
+) -> Transformer:
     """The model, in place, made ready for decoding: eval mode, and on a CPU decoding's own modules in
     place (the decoder's two attentions written out where faster; the projection into a buffer), an all-zero logits bias (Marian
     checkpoints carry one) dropped, which adds nothing but a pass over the (N, V) logits at every
@@ -55,7 +57,9 @@ def for_decoding(model: Transformer, gemm: str = "mkl", rows: int = 4, release: 
     model.eval()
     if next(model.parameters()).device.type != "cpu":
         return model
-    if packs_vocabulary(gemm) and type(model.output_proj) is OutputProjection:  # first: the plain matrix is not laid out
+    if (
+        packs_vocabulary(gemm) and type(model.output_proj) is OutputProjection
+    ):  # first: the plain matrix is not laid out
         pack_vocabulary(model, rows, release)
     packed_rows = rows if packs_vocabulary(gemm) and is_packed(model) else None  # oneDNN's layers packed as well
     own = uses_gemv(gemm)
@@ -96,7 +100,12 @@ def reader(gemm: str, vocab_size: int, maps: MappedReads) -> Reader:
     column = layers_of(gemm) == "mkl"
     if not packs_vocabulary(gemm):
         return partial(read_safetensors, column_major=column)
-    return partial(read_safetensors, column_major=column, maps=maps, mapped=lambda shape: len(shape) == 2 and shape[0] == vocab_size)
+    return partial(
+        read_safetensors,
+        column_major=column,
+        maps=maps,
+        mapped=lambda shape: len(shape) == 2 and shape[0] == vocab_size,
+    )
 
 
 def row_major(t: Tensor) -> Tensor:

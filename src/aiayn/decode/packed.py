@@ -62,8 +62,25 @@ class PackedInt8:
         """
         x_uint8 = torch.round(x / x_scale).add_(ZERO_POINT).to(torch.uint8)  # (N, D), 1 .. 255
         return torch.ops.onednn.qlinear_pointwise.binary(
-            x_uint8, x_scale, ZERO_POINT, self.packed, scale, self.zero_points, out, None,
-            1.0, 0, torch.float32, 1.0, 0, "sum", 1.0, "none", [], "")
+            x_uint8,
+            x_scale,
+            ZERO_POINT,
+            self.packed,
+            scale,
+            self.zero_points,
+            out,
+            None,
+            1.0,
+            0,
+            torch.float32,
+            1.0,
+            0,
+            "sum",
+            1.0,
+            "none",
+            [],
+            "",
+        )
 
 
 def available() -> bool:
@@ -71,8 +88,15 @@ def available() -> bool:
     if not torch.backends.mkldnn.is_available():
         return False
     try:
-        return all(hasattr(ns, op) for ns, op in ((torch.ops.onednn, "qlinear_prepack"), (torch.ops.onednn, "qlinear_pointwise"),
-                                                   (torch.ops.mkldnn, "data_ptr"), (torch.ops.mkldnn, "_nbytes")))
+        return all(
+            hasattr(ns, op)
+            for ns, op in (
+                (torch.ops.onednn, "qlinear_prepack"),
+                (torch.ops.onednn, "qlinear_pointwise"),
+                (torch.ops.mkldnn, "data_ptr"),
+                (torch.ops.mkldnn, "_nbytes"),
+            )
+        )
     except (AttributeError, RuntimeError):
         return False
 
@@ -102,8 +126,12 @@ def pack(weight: Tensor, rows_hint: int = 128, rows_at_once: int = 4096) -> Pack
 def reads_back(candidate: PackedInt8 | PackedFloat32, weight: Tensor, rows_at_once: int) -> bool:
     """Whether candidate.rows gives back every row of weight (V, D), rows_at_once rows at a time."""
     V = weight.size(0)
-    return all(torch.equal(candidate.rows(torch.arange(start, min(start + rows_at_once, V))), weight[start : start + rows_at_once])
-               for start in range(0, V, rows_at_once))
+    return all(
+        torch.equal(
+            candidate.rows(torch.arange(start, min(start + rows_at_once, V))), weight[start : start + rows_at_once]
+        )
+        for start in range(0, V, rows_at_once)
+    )
 
 
 class PackedFloat32:
@@ -129,7 +157,10 @@ def float32_available() -> bool:
     if not torch.backends.mkldnn.is_available():
         return False
     try:
-        return all(hasattr(torch.ops.mkldnn, op) for op in ("_reorder_linear_weight", "_linear_pointwise", "data_ptr", "_nbytes"))
+        return all(
+            hasattr(torch.ops.mkldnn, op)
+            for op in ("_reorder_linear_weight", "_linear_pointwise", "data_ptr", "_nbytes")
+        )
     except (AttributeError, RuntimeError):
         return False
 
@@ -140,8 +171,9 @@ def reorder_float32(weight: Tensor, rows: int) -> Tensor:
     return torch.ops.mkldnn._reorder_linear_weight(weight.detach().contiguous(), max(rows, MIN_ROWS_HINT))
 
 
-def pack_float32(weight: Tensor, rows_hint: int = MIN_ROWS_HINT, rows_at_once: int = 4096,
-                 release: Callable[[], None] | None = None) -> PackedFloat32 | None:
+def pack_float32(
+    weight: Tensor, rows_hint: int = MIN_ROWS_HINT, rows_at_once: int = 4096, release: Callable[[], None] | None = None
+) -> PackedFloat32 | None:
     """weight (V, D) float32 packed for oneDNN's product with about rows_hint rows, or None where that is not
     available or its layout is not one this module reads.
 
@@ -175,11 +207,15 @@ def pack_float32(weight: Tensor, rows_hint: int = MIN_ROWS_HINT, rows_at_once: i
         first = start // n
         packed.blocks[first : first + full // n, :D] = block[:full].reshape(-1, n, D).transpose(1, 2)
         if full < block.size(0):  # the last, partial block; its padded columns are zero
-            packed.blocks[first + full // n, :D] = torch.cat([block[full:], block.new_zeros(n - (block.size(0) - full), D)]).t()
+            packed.blocks[first + full // n, :D] = torch.cat(
+                [block[full:], block.new_zeros(n - (block.size(0) - full), D)]
+            ).t()
         expected[:, start : start + step] = x @ block.t()
         if release is not None:
             release()
-    if not torch.allclose(packed.product(x), expected, rtol=1e-4, atol=1e-4 * float(expected.abs().max().clamp(min=1)), equal_nan=True):
+    if not torch.allclose(
+        packed.product(x), expected, rtol=1e-4, atol=1e-4 * float(expected.abs().max().clamp(min=1)), equal_nan=True
+    ):
         return None
     return packed
 

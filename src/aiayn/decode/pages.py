@@ -222,7 +222,10 @@ def huge_bytes(ranges: list[tuple[int, int]]) -> int:
     """The bytes on huge pages in the mappings inside ranges (/proc/self/smaps; madvise split them at the ranges'
     2 MiB boundaries, so those mappings are the weights' own), 0 if unknown."""
     try:
-        return sum(m.kib.get("AnonHugePages", 0) * 1024 for m in mappings(details=True)
-                   if any(lo <= m.start and m.end <= hi for lo, hi in ranges))
+        return sum(
+            m.kib.get("AnonHugePages", 0) * 1024
+            for m in mappings(details=True)
+            if any(lo <= m.start and m.end <= hi for lo, hi in ranges)
+        )
     except (OSError, ValueError, IndexError):
         return 0

@@ -34,8 +34,9 @@ class Int8Vocabulary(nn.Module):
     read their rows out of the packing), else as plain rows multiplied by `torch._int_mm`.
     """
 
-    def __init__(self, weight: Tensor, rows_at_once: int = 1024, release: Callable[[], None] | None = None,
-                 onednn: bool = True):
+    def __init__(
+        self, weight: Tensor, rows_at_once: int = 1024, release: Callable[[], None] | None = None, onednn: bool = True
+    ):
         """weight (V, D) float; release, if given, is called after each block of rows_at_once rows (see
         quantize_int8), so that a mapped matrix is never all in memory while it is quantised; onednn:
         False keeps the plain rows and torch._int_mm even where oneDNN is available."""
@@ -105,7 +106,9 @@ class Int8Projection(nn.Module):
         """hidden (..., D) -> logits (..., V); for hidden (N, D), in this module's buffer (valid until the next call)."""
         V = self.vocabulary.shape[0]
         out = self.logits.rows(hidden.size(0), V, hidden.device) if hidden.dim() == 2 else None
-        logits = self.vocabulary.product(hidden.reshape(-1, hidden.size(-1)), out, self.bias).view(*hidden.shape[:-1], V)
+        logits = self.vocabulary.product(hidden.reshape(-1, hidden.size(-1)), out, self.bias).view(
+            *hidden.shape[:-1], V
+        )
         return logits if bias is None else logits.add_(bias)
 
 
@@ -126,7 +129,11 @@ def quantize_int8(model: Transformer, release: Callable[[], None] | None = None)
             if id(embed.weight) not in tables:
                 tables[id(embed.weight)] = Int8Vocabulary(embed.weight, release=release)
             stack.embed = Int8Embedding(tables[id(embed.weight)], embed.scale)
-    vocabulary = model.decoder.embed.vocabulary if model.config.tie_output else Int8Vocabulary(model.output_proj.matrix, release=release)
+    vocabulary = (
+        model.decoder.embed.vocabulary
+        if model.config.tie_output
+        else Int8Vocabulary(model.output_proj.matrix, release=release)
+    )
     model.output_proj = Int8Projection(vocabulary, model.logits_bias)
     model.logits_bias = None
     with warnings.catch_warnings():  # torch.ao's eager quantisation warns that it is deprecated

@@ -36,7 +36,9 @@ def filter_log_probs(log_probs: Tensor, temperature: float = 1.0, top_k: int = 0
 
 @torch.inference_mode()
 def sample(
-    model: Transformer | StepModel, src: Tensor, config: DecodeConfig = DecodeConfig(),
+    model: Transformer | StepModel,
+    src: Tensor,
+    config: DecodeConfig = DecodeConfig(),
     generator: torch.Generator | None = None,
 ) -> list[list[Hypothesis]]:
     """One sampled translation of each sentence of src (B, S), scored by the (unfiltered) model."""

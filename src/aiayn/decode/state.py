@@ -74,8 +74,9 @@ class KVBuffer:
         self.rows = k.size(1) if rows is None else rows  # N, the live hypotheses: the first N rows (with a table)
 
     @classmethod
-    def empty(cls, rows: int, heads: int, d_k: int, d_v: int, capacity: int, like: Tensor,
-              table: RowTable | None = None) -> KVBuffer:
+    def empty(
+        cls, rows: int, heads: int, d_k: int, d_v: int, capacity: int, like: Tensor, table: RowTable | None = None
+    ) -> KVBuffer:
         """A buffer for rows hypotheses, in like's dtype and device."""
         return cls(like.new_empty(capacity, rows, heads, d_k), like.new_empty(capacity, rows, heads, d_v), table=table)
 

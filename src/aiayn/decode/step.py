@@ -73,8 +73,10 @@ class TransformerStep:
         shape = self.model.config.decoder
         capacity = min(capacity, self.max_len)
         table = RowTable(capacity, src.size(0), memory.device) if self.own_attention(memory) else None
-        caches = [KVBuffer.empty(src.size(0), shape.heads, shape.d_k, shape.d_v, capacity, memory, table)
-                  for _ in range(shape.layers)]
+        caches = [
+            KVBuffer.empty(src.size(0), shape.heads, shape.d_k, shape.d_v, capacity, memory, table)
+            for _ in range(shape.layers)
+        ]
         del memory
         trim_heap()  # and what the encoder's activations freed, which the steps' small buffers would not reuse
         return DecoderState(src_mask, memory_kv, caches)
@@ -87,7 +89,9 @@ class TransformerStep:
         so: its caches hold a row table."""
         if memory.dtype != torch.float32 or memory.device.type != "cpu" or not self.lean:
             return False
-        modules = [m for layer in self.model.decoder.layers for m in (layer.self_attn.attention, layer.cross_attn.attention)]
+        modules = [
+            m for layer in self.model.decoder.layers for m in (layer.self_attn.attention, layer.cross_attn.attention)
+        ]
         return all(attend.takes(m) for m in modules) and attend.kernel() is not None
 
     def encode_by_length(self, src: Tensor, groups: int = 4) -> tuple[Tensor, Tensor]:

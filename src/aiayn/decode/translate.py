@@ -66,8 +66,10 @@ def as_sentences(sentences: Any) -> list[str]:
     """sentences as a list of strings; a string (which would be translated a character at a time) or a non-string
     item is a TypeError naming it."""
     if isinstance(sentences, (str, bytes)):
-        raise TypeError(f"sentences must be a list of strings, not one {type(sentences).__name__}: "
-                        f"translate([text]) for one sentence")
+        raise TypeError(
+            f"sentences must be a list of strings, not one {type(sentences).__name__}: "
+            f"translate([text]) for one sentence"
+        )
     try:
         sentences = list(sentences)
     except TypeError:
@@ -78,7 +80,9 @@ def as_sentences(sentences: Any) -> list[str]:
         try:
             sentence.encode("utf-8")
         except UnicodeEncodeError as err:  # "\ud800": a lone surrogate, no character
-            raise ValueError(f"sentences[{i}] is not valid Unicode: a lone surrogate at character {err.start}") from None
+            raise ValueError(
+                f"sentences[{i}] is not valid Unicode: a lone surrogate at character {err.start}"
+            ) from None
     return sentences
 
 
@@ -114,8 +118,14 @@ class Translator:
         self.huge_pages: HugePages | None = None  # set by load on a CPU: the weights on huge pages (pages.py)
 
     @classmethod
-    def load(cls, path: str | Path, device: str | torch.device = "cpu", int8: bool = False, gemm: str | None = None,
-             **options: Any) -> Translator:
+    def load(
+        cls,
+        path: str | Path,
+        device: str | torch.device = "cpu",
+        int8: bool = False,
+        gemm: str | None = None,
+        **options: Any,
+    ) -> Translator:
         """An aiayn model directory, or a Hugging Face Marian one; options override its decoding defaults.
 
         gemm: the float32 matrix-product backend on a CPU, "mkl" or "onednn", either with "+packed" (the
@@ -124,10 +134,14 @@ class Translator:
         the fastest measured on this model's shapes (backend.py).
         """
         check_batching(**{k: options.get(k) for k in ("batch_size", "max_tokens", "truncate")})
-        unknown = sorted(set(options) - set(DecodeConfig.__dataclass_fields__) - {"batch_size", "max_tokens", "truncate"})
+        unknown = sorted(
+            set(options) - set(DecodeConfig.__dataclass_fields__) - {"batch_size", "max_tokens", "truncate"}
+        )
         if unknown:
-            raise TypeError(f"Translator.load: unknown option {unknown[0]!r}; the options are DecodeConfig's fields, "
-                            "batch_size, max_tokens and truncate")
+            raise TypeError(
+                f"Translator.load: unknown option {unknown[0]!r}; the options are DecodeConfig's fields, "
+                "batch_size, max_tokens and truncate"
+            )
         DecodeConfig(**{k: v for k, v in options.items() if k in DecodeConfig.__dataclass_fields__ and v is not None})
         from ..io import MappedReads
         from ..marian import load_any
@@ -161,7 +175,9 @@ class Translator:
         search = {k: v for k, v in options.items() if k in DecodeConfig.__dataclass_fields__ and v is not None}
         batching = {k: v for k, v in options.items() if k not in search and v is not None}
         translator = cls(model, tokenizer, defaults.replace(**search), device, **batching)
-        translator.gemm = gemm  # what the products run on: "mkl", "onednn" (either "+packed"), "int8", or None off the CPU
+        translator.gemm = (
+            gemm  # what the products run on: "mkl", "onednn" (either "+packed"), "int8", or None off the CPU
+        )
         translator.huge_pages = pages  # what went onto huge pages (pages.py), None off the CPU
         return translator
 
@@ -171,8 +187,10 @@ class Translator:
         if config.n_best > config.beam_size and not config.sample:
             raise ValueError(f"n_best {config.n_best} is more than the beam size {config.beam_size}")
         if config.n_best > 1 and config.sample:  # sampling draws one translation a sentence
-            raise ValueError(f"n_best {config.n_best} with sampling: sampling draws one translation a sentence; "
-                             "an n-best list needs beam search")
+            raise ValueError(
+                f"n_best {config.n_best} with sampling: sampling draws one translation a sentence; "
+                "an n-best list needs beam search"
+            )
         vocab = self.model.config.target_vocab_size
         if config.beam_size > vocab and not config.sample:  # a beam holds distinct continuations
             raise ValueError(f"beam_size {config.beam_size} is more than the {vocab:,} tokens of the target vocabulary")

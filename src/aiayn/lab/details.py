@@ -25,8 +25,10 @@ def shared_matrix(model: Transformer) -> dict[str, Any]:
     model.eval()
     weight = model.decoder.embed.weight  # (V, D)
     hidden = torch.randn(3, model.config.d_model)
-    return {"embeddings_shared": model.encoder.embed.weight.data_ptr() == weight.data_ptr(),
-            "projection_error": float((model.project(hidden) - F.linear(hidden, weight, model.logits_bias)).abs().max())}
+    return {
+        "embeddings_shared": model.encoder.embed.weight.data_ptr() == weight.data_ptr(),
+        "projection_error": float((model.project(hidden) - F.linear(hidden, weight, model.logits_bias)).abs().max()),
+    }
 
 
 @torch.no_grad()
@@ -80,7 +82,9 @@ def learning_rate_curve(d_model: int = 512, warmup: int = 4000, steps: int = 100
     return {"steps": s, "rates": r, "peak_step": int(s[r.argmax()]), "peak_rate": float(r.max())}
 
 
-def additive_scores(q: torch.Tensor, k: torch.Tensor, w_q: torch.Tensor, w_k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+def additive_scores(
+    q: torch.Tensor, k: torch.Tensor, w_q: torch.Tensor, w_k: torch.Tensor, v: torch.Tensor
+) -> torch.Tensor:
     """Additive attention's compatibility v^T tanh(W_q q_i + W_k k_j) (Bahdanau et al.): (B, n, n)."""
     return torch.tanh((q @ w_q)[:, :, None] + (k @ w_k)[:, None]) @ v  # (B, n, n, d) @ (d,)
 

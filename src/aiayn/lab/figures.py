@@ -49,12 +49,19 @@ def layer_timings(m: dict[str, Any], out: Path) -> str:
     """Item 3: forward time against n, recurrent layers and attention layers."""
     n, tm = m["lengths"], m["timings"]
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.6), sharey=True)
-    styles = {"rnn_loop": ("our RNN loop", "tab:red", "-"), "rnn": ("nn.RNN", "tab:red", "--"),
-              "attention": ("eq. 1 by hand", "tab:blue", "-"), "sdpa": ("F.scaled_dot_product_attention", "tab:blue", "--"),
-              "gru_loop": ("our GRU loop", "tab:orange", "-"), "gru": ("nn.GRU", "tab:orange", "--"),
-              "mha": ("nn.MultiheadAttention (8 heads)", "tab:green", "-")}
-    for ax, names, title in ((axes[0], ("rnn_loop", "rnn", "attention", "sdpa"), "tanh RNN against eq. 1 (no weights)"),
-                             (axes[1], ("gru_loop", "gru", "mha"), "GRU against a learned attention layer")):
+    styles = {
+        "rnn_loop": ("our RNN loop", "tab:red", "-"),
+        "rnn": ("nn.RNN", "tab:red", "--"),
+        "attention": ("eq. 1 by hand", "tab:blue", "-"),
+        "sdpa": ("F.scaled_dot_product_attention", "tab:blue", "--"),
+        "gru_loop": ("our GRU loop", "tab:orange", "-"),
+        "gru": ("nn.GRU", "tab:orange", "--"),
+        "mha": ("nn.MultiheadAttention (8 heads)", "tab:green", "-"),
+    }
+    for ax, names, title in (
+        (axes[0], ("rnn_loop", "rnn", "attention", "sdpa"), "tanh RNN against eq. 1 (no weights)"),
+        (axes[1], ("gru_loop", "gru", "mha"), "GRU against a learned attention layer"),
+    ):
         for name in names:
             label, color, line = styles[name]
             ax.plot(n, tm[name], line, color=color, marker="o", ms=3, label=label)
@@ -83,12 +90,22 @@ def path_lengths(m: dict[str, Any], out: Path) -> str:
     """Item 4: measured path lengths against distance, and per-layer FLOPs against n."""
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
     d = m["distances"]
-    labels = {"self-attention": "self-attention", "recurrent": "recurrent", "convolutional": "convolution, k = 3",
-              "dilated": "dilated convolution, k = 2", "restricted": "restricted attention, r = 4"}
+    labels = {
+        "self-attention": "self-attention",
+        "recurrent": "recurrent",
+        "convolutional": "convolution, k = 3",
+        "dilated": "dilated convolution, k = 2",
+        "restricted": "restricted attention, r = 4",
+    }
     for kind, lengths in m["path_lengths"].items():
         axes[0].plot(d, lengths, marker="o", ms=3, label=labels[kind])
-    axes[0].set(xscale="log", yscale="log", xlabel="distance d between the positions",
-                ylabel="operations on the shortest path", title="Table 1: path length, measured on the graph")
+    axes[0].set(
+        xscale="log",
+        yscale="log",
+        xlabel="distance d between the positions",
+        ylabel="operations on the shortest path",
+        title="Table 1: path length, measured on the graph",
+    )
     axes[0].set_xticks(d, [str(v) for v in d])
     axes[0].xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
     axes[0].legend(fontsize=7)
@@ -97,8 +114,13 @@ def path_lengths(m: dict[str, Any], out: Path) -> str:
     axes[1].plot(n, fl["recurrent"], marker="o", ms=3, label="recurrent (4 n d^2)")
     axes[1].axvline(512, color="gray", ls=":", lw=0.8)
     axes[1].text(512, fl["recurrent"].min(), " n = d = 512", fontsize=8)
-    axes[1].set(xscale="log", yscale="log", xlabel="sequence length n (d = 512)", ylabel="FLOPs of one layer",
-                title="per-layer FLOPs (torch's FLOP counter)")
+    axes[1].set(
+        xscale="log",
+        yscale="log",
+        xlabel="sequence length n (d = 512)",
+        ylabel="FLOPs of one layer",
+        title="per-layer FLOPs (torch's FLOP counter)",
+    )
     axes[1].legend(fontsize=7)
     return _save(fig, out, "path_lengths.png")
 
@@ -111,9 +133,11 @@ def softmax_scaling(m: dict[str, Any], out: Path) -> str:
     axes[0].plot(d_k, d_k, "k--", lw=0.8, label="var = d_k")
     axes[0].set(xscale="log", yscale="log", xlabel="d_k", title="var(q . k)")
     axes[0].legend(fontsize=7)
-    for ax, key, title in ((axes[1], "max_weight", "largest softmax weight (10 keys)"),
-                           (axes[2], "entropy", "entropy of the weights, nats"),
-                           (axes[3], "gradient", "|diag(p) - p p^T| (gradient size)")):
+    for ax, key, title in (
+        (axes[1], "max_weight", "largest softmax weight (10 keys)"),
+        (axes[2], "entropy", "entropy of the weights, nats"),
+        (axes[3], "gradient", "|diag(p) - p p^T| (gradient size)"),
+    ):
         ax.plot(d_k, s[f"{key}_scaled"], marker="o", ms=3, label="softmax(q.k / sqrt(d_k))")
         ax.plot(d_k, s[f"{key}_unscaled"], marker="o", ms=3, label="softmax(q.k), unscaled")
         ax.set(xscale="log", xlabel="d_k", title=title)
@@ -128,7 +152,9 @@ def positional_encoding(m: dict[str, Any], out: Path) -> str:
     pe, w = m["pe"], m["wavelengths"]
     fig, axes = plt.subplots(1, 3, figsize=(13, 3.4))
     im = axes[0].imshow(pe, aspect="auto", cmap="RdBu", vmin=-1, vmax=1, interpolation="nearest")
-    axes[0].set(xlabel="dimension (sin, cos interleaved)", ylabel="position", title=f"PE, d_model = {pe.shape[1]} (to fit)")
+    axes[0].set(
+        xlabel="dimension (sin, cos interleaved)", ylabel="position", title=f"PE, d_model = {pe.shape[1]} (to fit)"
+    )
     fig.colorbar(im, ax=axes[0], fraction=0.04)
     for dim in (0, 20, 40, 80):
         axes[1].plot(pe[:, dim], lw=1, label=f"dim {dim}")
@@ -137,8 +163,7 @@ def positional_encoding(m: dict[str, Any], out: Path) -> str:
     axes[2].plot(np.arange(0, 512, 2), w, lw=1.5)
     axes[2].axhline(2 * np.pi * 10000, color="gray", ls=":", lw=0.8)
     axes[2].text(0, 2 * np.pi * 10000 * 0.45, "10000 x 2 pi (approached, never reached)", fontsize=7)
-    axes[2].set(yscale="log", xlabel="dimension 2i (d_model = 512)", ylabel="wavelength",
-                title=f"2 pi to {w[-1]:,.0f}")
+    axes[2].set(yscale="log", xlabel="dimension 2i (d_model = 512)", ylabel="wavelength", title=f"2 pi to {w[-1]:,.0f}")
     return _save(fig, out, "positional_encoding.png")
 
 
@@ -150,8 +175,9 @@ def heads(m: dict[str, Any], out: Path) -> str | None:
     rows, pieces = h["word_rows"], h["source_pieces"]
     n_heads = rows.shape[0]
     cross = h.get("pronoun_cross")
-    fig, axes = plt.subplots(1, 2, figsize=(12, 0.45 * max(n_heads, 4) + 1.6),
-                             gridspec_kw={"width_ratios": [3, 2]}, squeeze=False)
+    fig, axes = plt.subplots(
+        1, 2, figsize=(12, 0.45 * max(n_heads, 4) + 1.6), gridspec_kw={"width_ratios": [3, 2]}, squeeze=False
+    )
     ax = axes[0][0]
     im = ax.imshow(rows, aspect="auto", cmap="viridis", vmin=0, vmax=1)
     ax.set_xticks(range(len(pieces)), pieces, rotation=60, fontsize=8)
@@ -185,10 +211,18 @@ def teacher_forcing(m: dict[str, Any], out: Path) -> str:
         axes[1].text(0.05, 0.5, "the mask experiment is not run with --quick", fontsize=9)
         return _save(fig, out, "teacher_forcing.png")
     for name, label in (("masked", "causal mask"), ("unmasked", "no mask")):
-        axes[1].plot(mask[f"{name}_loss"], lw=1, label=f"{label}: held-out loss {mask[f'{name}_held_out_loss']:.2f}, "
-                                                       f"generation accuracy {mask[f'{name}_accuracy']:.0%}")
-    axes[1].set(xlabel="training step (tiny model)", ylabel="training loss, nats per token", ylim=(0, None),
-                title="training with and without the causal mask")
+        axes[1].plot(
+            mask[f"{name}_loss"],
+            lw=1,
+            label=f"{label}: held-out loss {mask[f'{name}_held_out_loss']:.2f}, "
+            f"generation accuracy {mask[f'{name}_accuracy']:.0%}",
+        )
+    axes[1].set(
+        xlabel="training step (tiny model)",
+        ylabel="training loss, nats per token",
+        ylim=(0, None),
+        title="training with and without the causal mask",
+    )
     axes[1].legend(fontsize=7)
     return _save(fig, out, "teacher_forcing.png")
 
@@ -204,22 +238,35 @@ def bleu_vs_flops(m: dict[str, Any], out: Path) -> str:
             ours = row.model.startswith("Transformer")
             ax.plot(flops, bleu, "*" if ours else "o", ms=11 if ours else 6, color="tab:red" if ours else "tab:gray")
             below = row.model.startswith("GNMT") and "Ensemble" in row.model  # beside ConvS2S Ensemble otherwise
-            ax.annotate(row.model, (flops, bleu), fontsize=7, xytext=(4, -9 if below else 3), textcoords="offset points")
+            ax.annotate(
+                row.model, (flops, bleu), fontsize=7, xytext=(4, -9 if below else 3), textcoords="offset points"
+            )
         if pair == "en_de":
             for name, c in m["cost"]["models"].items():
                 bleu = 27.3 if name == "base" else 28.4
                 ax.plot(c["counted"], bleu, "x", color="tab:blue", ms=8)
-                ax.annotate(f"{name}: the paper's BLEU at FLOPs counted from its size", (c["counted"], bleu), fontsize=7,
-                            xytext=(4, -10),
-                            textcoords="offset points", color="tab:blue")
+                ax.annotate(
+                    f"{name}: the paper's BLEU at FLOPs counted from its size",
+                    (c["counted"], bleu),
+                    fontsize=7,
+                    xytext=(4, -10),
+                    textcoords="offset points",
+                    color="tab:blue",
+                )
         ax.margins(x=0.35)
-        ax.set(xscale="log", xlabel="training FLOPs", ylabel="BLEU (newstest2014)",
-               title=f"Table 2, {'En-De' if pair == 'en_de' else 'En-Fr'}")
+        ax.set(
+            xscale="log",
+            xlabel="training FLOPs",
+            ylabel="BLEU (newstest2014)",
+            title=f"Table 2, {'En-De' if pair == 'en_de' else 'En-Fr'}",
+        )
     run, avg, ax = m["cost"].get("run"), m.get("averaging"), axes[2]
     if run and avg and run.get("counted"):  # its own axes: Multi30k BLEU is not comparable with newstest2014
         for flops, marker, label in ((run["counted"], "s", "counted"), (run["estimated"], "D", "time x measured rate")):
             ax.plot(flops, avg["averaged"], marker, color="tab:green", ms=6, label=label)
-        ax.set(xscale="log", xlabel="training FLOPs", ylabel="BLEU (Multi30k validation)", title="this run, both counts")
+        ax.set(
+            xscale="log", xlabel="training FLOPs", ylabel="BLEU (Multi30k validation)", title="this run, both counts"
+        )
         ax.margins(x=0.5, y=0.5)
         ax.legend(fontsize=7)
     else:
@@ -234,11 +281,26 @@ def learning_rate(m: dict[str, Any], out: Path) -> str:
     fig, ax = plt.subplots(figsize=(5.5, 3))
     ax.plot(lr["steps"], lr["rates"])
     ax.plot(lr["peak_step"], lr["peak_rate"], "ro", ms=4)
-    ax.annotate(f"peak {lr['peak_rate']:.2e} at step {lr['peak_step']:,}", (lr["peak_step"], lr["peak_rate"]),
-                xytext=(8, -4), textcoords="offset points", fontsize=8)
+    ax.annotate(
+        f"peak {lr['peak_rate']:.2e} at step {lr['peak_step']:,}",
+        (lr["peak_step"], lr["peak_rate"]),
+        xytext=(8, -4),
+        textcoords="offset points",
+        fontsize=8,
+    )
     ax.set(xlabel="training step", ylabel="learning rate", title="eq. 3, d_model 512, warmup 4,000")
     return _save(fig, out, "learning_rate.png")
 
 
-ALL = (recurrence_trace, layer_timings, change_one_word, path_lengths, softmax_scaling, positional_encoding,
-       heads, teacher_forcing, bleu_vs_flops, learning_rate)
+ALL = (
+    recurrence_trace,
+    layer_timings,
+    change_one_word,
+    path_lengths,
+    softmax_scaling,
+    positional_encoding,
+    heads,
+    teacher_forcing,
+    bleu_vs_flops,
+    learning_rate,
+)

@@ -53,10 +53,13 @@ def teacher_forcing(model: Transformer, src: torch.Tensor, max_new: int = 40) ->
     forced = logits.clone()
     forced[:, [cfg.pad_id, cfg.bos_id]] = -math.inf
     return {
-        "tokens": out, "calls": len(out), "logits_shape": tuple(logits.shape),
+        "tokens": out,
+        "calls": len(out),
+        "logits_shape": tuple(logits.shape),
         "max_difference": float((logits - step_logits).abs().max()),
         "same_tokens": forced.argmax(-1).tolist() == out,
-        "generation_ms": generation_s * 1000, "forcing_ms": forcing_s * 1000,
+        "generation_ms": generation_s * 1000,
+        "forcing_ms": forcing_s * 1000,
     }
 
 
@@ -71,17 +74,25 @@ def loss_by_hand(model: Transformer, src: torch.Tensor, labels: list[int]) -> di
     logp = torch.log_softmax(logits.float(), dim=-1)[0]  # (m, V)
     right = logp[torch.arange(len(labels)), target[0]]  # (m,): log p of the right token at each position
     _, nll, n = label_smoothed_nll(logits, target, 0.0, cfg.pad_id)
-    return {"loss_by_hand": float(-right.mean()), "loss_library": float(nll) / int(n),
-            "p_right": right.exp().numpy(), "top_guess": logp.argmax(-1).tolist()}
+    return {
+        "loss_by_hand": float(-right.mean()),
+        "loss_library": float(nll) / int(n),
+        "p_right": right.exp().numpy(),
+        "top_guess": logp.argmax(-1).tolist(),
+    }
 
 
 @contextlib.contextmanager
 def without_causal_mask() -> Iterator[None]:
     """Every decoder self-attention may read every target position (the mask of §3.2.3 removed)."""
     everything = lambda t_q, t_k=None, device=None: torch.ones(  # noqa: E731
-        1, 1, t_q, t_q if t_k is None else t_k, dtype=torch.bool, device=device)
-    patched = [m for name, m in list(sys.modules.items())
-               if name.startswith("aiayn.") and hasattr(m, "causal_mask") and m is not sys.modules[__name__]]
+        1, 1, t_q, t_q if t_k is None else t_k, dtype=torch.bool, device=device
+    )
+    patched = [
+        m
+        for name, m in list(sys.modules.items())
+        if name.startswith("aiayn.") and hasattr(m, "causal_mask") and m is not sys.modules[__name__]
+    ]
     saved = [m.causal_mask for m in patched]
     for m in patched:
         m.causal_mask = everything
@@ -101,8 +112,14 @@ def reads_the_future(model: Transformer) -> bool:
     return not torch.allclose(model(src, a)[0, 0], model(src, b)[0, 0])
 
 
-def train_briefly(model: Transformer, pairs: list[tuple[list[int], list[int]]], steps: int,
-                  batch: int = 32, seed: int = 0, factor: float = 0.5) -> np.ndarray:
+def train_briefly(
+    model: Transformer,
+    pairs: list[tuple[list[int], list[int]]],
+    steps: int,
+    batch: int = 32,
+    seed: int = 0,
+    factor: float = 0.5,
+) -> np.ndarray:
     """A few Adam steps with eq. 3 on (source ids, target ids) pairs; the loss (nats per token) at each step."""
     cfg = model.config
     gen = torch.Generator().manual_seed(seed)
@@ -150,8 +167,13 @@ def held_out_loss(model: Transformer, pairs: list[tuple[list[int], list[int]]]) 
     return float(loss) / int(n)
 
 
-def mask_experiment(config, train: list[tuple[list[int], list[int]]], held_out: list[tuple[list[int], list[int]]],
-                    steps: int, seed: int = 0) -> dict[str, Any]:
+def mask_experiment(
+    config,
+    train: list[tuple[list[int], list[int]]],
+    held_out: list[tuple[list[int], list[int]]],
+    steps: int,
+    seed: int = 0,
+) -> dict[str, Any]:
     """The same model trained with and without the causal mask: training loss, held-out teacher-forced
     loss, and the share of held-out tokens that greedy generation gets right."""
     result: dict[str, Any] = {}

@@ -35,8 +35,10 @@ def attention_maps(model: Transformer, src: torch.Tensor, tgt_in: torch.Tensor) 
     model.eval()
     out = model(src, tgt_in, return_attention=True)
     att = out.attention
-    return {name: torch.stack([w[0] for w in getattr(att, name)]).float().numpy()
-            for name in ("encoder", "decoder", "cross")}
+    return {
+        name: torch.stack([w[0] for w in getattr(att, name)]).float().numpy()
+        for name in ("encoder", "decoder", "cross")
+    }
 
 
 def default_layer(model: Transformer) -> int:
@@ -45,9 +47,15 @@ def default_layer(model: Transformer) -> int:
 
 
 @torch.no_grad()
-def where_it_looks(model: Transformer, tokenizer: Any, sentence: str, output_ids: list[int],
-                   words: tuple[str, ...] = ("it",), layer: int | None = None,
-                   pronouns: tuple[str, ...] = PRONOUNS["de"]) -> dict[str, Any]:
+def where_it_looks(
+    model: Transformer,
+    tokenizer: Any,
+    sentence: str,
+    output_ids: list[int],
+    words: tuple[str, ...] = ("it",),
+    layer: int | None = None,
+    pronouns: tuple[str, ...] = PRONOUNS["de"],
+) -> dict[str, Any]:
     """Every head of one encoder layer, the row of the word `words` names, and the output pronoun's
     encoder-decoder attention (averaged over heads, per decoder layer) when the translation has one."""
     cfg = model.config
@@ -59,8 +67,13 @@ def where_it_looks(model: Transformer, tokenizer: Any, sentence: str, output_ids
     maps = attention_maps(model, src, tgt_in)
     src_pieces, out_pieces = pieces(tokenizer, src[0].tolist()), pieces(tokenizer, output_ids)
     it = find_word(src_pieces, words)
-    result: dict[str, Any] = {"layer": layer, "source_pieces": src_pieces, "output_pieces": out_pieces,
-                              "heads": maps["encoder"][layer], "word_index": it}  # heads (h, S, S)
+    result: dict[str, Any] = {
+        "layer": layer,
+        "source_pieces": src_pieces,
+        "output_pieces": out_pieces,
+        "heads": maps["encoder"][layer],
+        "word_index": it,
+    }  # heads (h, S, S)
     if it is not None:
         rows = maps["encoder"][layer][:, it]  # (h, S): where the word looks, head by head
         result["word_rows"] = rows

@@ -29,7 +29,9 @@ def theory(quick: bool) -> dict[str, Any]:
     lengths = (16, 32, 64) if quick else (16, 64, 256, 1024)
     kernels = {"convolutional": 3, "dilated": 2}
     path_table = {kind: [paths.path_length(kind, d, k=kernels.get(kind, 3)) for d in DISTANCES] for kind in paths.KINDS}
-    exact = {kind: [paths.exact_path_length(kind, d, k=kernels.get(kind, 3)) for d in DISTANCES] for kind in paths.KINDS}
+    exact = {
+        kind: [paths.exact_path_length(kind, d, k=kernels.get(kind, 3)) for d in DISTANCES] for kind in paths.KINDS
+    }
     n_grid = np.array([16, 32, 64, 128, 256, 512, 1024, 2048])
     return {
         "trace": recurrence.scalar_trace(),
@@ -37,14 +39,18 @@ def theory(quick: bool) -> dict[str, Any]:
         "change": recurrence.change_one_word(),
         "lengths": np.array(lengths),
         "timings": recurrence.timings(lengths, repeats=2 if quick else 5),
-        "distances": DISTANCES, "path_lengths": path_table, "path_exact": exact,
+        "distances": DISTANCES,
+        "path_lengths": path_table,
+        "path_exact": exact,
         "sequential": {kind: paths.sequential_operations(kind, 100) for kind in paths.KINDS},
-        "flops_n": n_grid, "layer_flops": paths.layer_flops(n_grid, 512),
+        "flops_n": n_grid,
+        "layer_flops": paths.layer_flops(n_grid, 512),
         "d_ks": np.array(D_KS),
         "variance": softmax.dot_product_variance(D_KS, samples=5000 if quick else 20000),
         "saturation": softmax.saturation(D_KS, samples=200 if quick else 1000),
         "widget": {s: softmax.attention_weights(softmax.scaling_scores(2.0, 64), 64, s) for s in (True, False)},
-        "pe": positions.encoding(100, 128), "wavelengths": positions.wavelengths(512),
+        "pe": positions.encoding(100, 128),
+        "wavelengths": positions.wavelengths(512),
         "pe_linearity": max(positions.linearity_error(k, 512, length=200) for k in (1, 5, 10, 50)),
         "lr": details.learning_rate_curve(),
         "additive": details.additive_vs_dot(repeats=3 if quick else 10),
@@ -61,8 +67,15 @@ def on_model(model: Transformer, tokenizer: Any, sentence: str, layer: int | Non
     src_lang, tgt_lang = languages(model)
     return {
         "one": one,
-        "heads": heads.where_it_looks(model, tokenizer, sentence, one["output_ids"], heads.PRONOUNS.get(src_lang, ("it",)),
-                                      layer, heads.PRONOUNS.get(tgt_lang, ())),
+        "heads": heads.where_it_looks(
+            model,
+            tokenizer,
+            sentence,
+            one["output_ids"],
+            heads.PRONOUNS.get(src_lang, ("it",)),
+            layer,
+            heads.PRONOUNS.get(tgt_lang, ()),
+        ),
         "forcing": forcing.teacher_forcing(model, src),
         "loss": forcing.loss_by_hand(model, src, one["output_ids"]),
         "shared": details.shared_matrix(model),
@@ -93,13 +106,19 @@ def run_cost(results: dict[str, Any] | None, rate: float) -> dict[str, Any]:
     counted = (results or {}).get("matmul_flops", (results or {}).get("train_flops"))  # the name before issue 15
     if results and results.get("minutes") and counted:
         seconds = results.get("device_seconds", results["minutes"] * 60)
-        out["run"] = {"minutes": results["minutes"], "steps": results.get("steps"), "counted": counted,
-                      "estimated": seconds * rate, "tokens": results.get("tokens")}
+        out["run"] = {
+            "minutes": results["minutes"],
+            "steps": results.get("steps"),
+            "counted": counted,
+            "estimated": seconds * rate,
+            "tokens": results.get("tokens"),
+        }
     return out
 
 
-def measure_all(model_dir: Path, run_dir: Path | None, results: dict[str, Any] | None, quick: bool,
-                layer: int | None, log: Log) -> dict[str, Any]:
+def measure_all(
+    model_dir: Path, run_dir: Path | None, results: dict[str, Any] | None, quick: bool, layer: int | None, log: Log
+) -> dict[str, Any]:
     """Everything the report shows; run_dir holds checkpoints (for averaging) when the lab trained the model."""
     from ..data.corpus import find_file, read_parallel
     from ..marian import load_any

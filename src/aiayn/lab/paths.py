@@ -18,7 +18,10 @@ import torch
 
 KINDS = ("self-attention", "recurrent", "convolutional", "dilated", "restricted")
 ORDERS = {  # Table 1's maximum path length
-    "self-attention": "O(1)", "recurrent": "O(n)", "convolutional": "O(n/k)", "dilated": "O(log_k n)",
+    "self-attention": "O(1)",
+    "recurrent": "O(n)",
+    "convolutional": "O(n/k)",
+    "dilated": "O(log_k n)",
     "restricted": "O(n/r)",
 }
 
@@ -82,8 +85,11 @@ def sequential_operations(kind: str, n: int) -> int:
 def exact_path_length(kind: str, d: int, k: int = 3, r: int = 4) -> int:
     """The closed forms: d, ceil(d / (k - 1)), ceil(log_k(d + 1)), 1, ceil(d / r)."""
     return {
-        "self-attention": 1, "recurrent": d, "convolutional": math.ceil(d / (k - 1)),
-        "dilated": math.ceil(math.log(d + 1, k) - 1e-12), "restricted": math.ceil(d / r),
+        "self-attention": 1,
+        "recurrent": d,
+        "convolutional": math.ceil(d / (k - 1)),
+        "dilated": math.ceil(math.log(d + 1, k) - 1e-12),
+        "restricted": math.ceil(d / r),
     }[kind]
 
 
@@ -97,8 +103,10 @@ def layer_flops(lengths: np.ndarray, d: int) -> dict[str, np.ndarray]:
     counts: dict[str, list[int]] = {"self-attention": [], "recurrent": []}
     for n in lengths:
         x, w, u = torch.zeros(1, int(n), d), torch.zeros(d, d), torch.zeros(d, d)
-        for name, f in (("self-attention", lambda: attention_layer(x)),
-                        ("recurrent", lambda: [x[:, t] @ u + x[:, t] @ w for t in range(int(n))])):
+        for name, f in (
+            ("self-attention", lambda: attention_layer(x)),
+            ("recurrent", lambda: [x[:, t] @ u + x[:, t] @ w for t in range(int(n))]),
+        ):
             with FlopCounterMode(display=False) as counter:
                 f()
             counts[name].append(counter.get_total_flops())

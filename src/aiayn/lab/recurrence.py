@@ -116,8 +116,9 @@ def fastest_ms(f: Callable[[], object], repeats: int = 5) -> float:
 
 
 @torch.no_grad()
-def timings(lengths: tuple[int, ...] = (16, 64, 256, 1024), batch: int = 32, d: int = 512,
-            repeats: int = 5, seed: int = 0) -> dict[str, np.ndarray]:
+def timings(
+    lengths: tuple[int, ...] = (16, 64, 256, 1024), batch: int = 32, d: int = 512, repeats: int = 5, seed: int = 0
+) -> dict[str, np.ndarray]:
     """Forward time in ms per length n, (len(lengths),) each: the loops, the libraries, the attentions.
 
     Keys: rnn_loop, rnn (nn.RNN), attention (eq. 1 by hand), sdpa, gru_loop, gru (nn.GRU),
@@ -130,9 +131,12 @@ def timings(lengths: tuple[int, ...] = (16, 64, 256, 1024), batch: int = 32, d: 
     for n in lengths:
         x = torch.randn(batch, n, d)
         cases = {
-            "rnn_loop": lambda: rnn_loop(x, rnn), "rnn": lambda: rnn(x),
-            "attention": lambda: attention_layer(x), "sdpa": lambda: F.scaled_dot_product_attention(x, x, x),
-            "gru_loop": lambda: gru_loop(x, gru), "gru": lambda: gru(x),
+            "rnn_loop": lambda: rnn_loop(x, rnn),
+            "rnn": lambda: rnn(x),
+            "attention": lambda: attention_layer(x),
+            "sdpa": lambda: F.scaled_dot_product_attention(x, x, x),
+            "gru_loop": lambda: gru_loop(x, gru),
+            "gru": lambda: gru(x),
             "mha": lambda: mha(x, x, x, need_weights=False),
         }
         for name, f in cases.items():

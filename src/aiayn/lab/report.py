@@ -23,10 +23,15 @@ TITLE = 'The paper lab: "Attention Is All You Need", claim by claim, measured he
 def claims_blocks(claims: list[Claim]) -> list[Block]:
     rows = [[c.id, c.claim, c.source, c.criterion, c.measured, verdict(c)] for c in claims]
     held = sum(c.holds is True for c in claims)
-    return [("h", 2, "Claims"),
-            ("p", f"{held} of {len(claims)} claims hold on this run. Items 1, 6, 9 and 10 show rather than claim; "
-                  "they follow the table as figures and tables."),
-            ("table", ["#", "claim", "source", "criterion", "measured here", "verdict"], rows)]
+    return [
+        ("h", 2, "Claims"),
+        (
+            "p",
+            f"{held} of {len(claims)} claims hold on this run. Items 1, 6, 9 and 10 show rather than claim; "
+            "they follow the table as figures and tables.",
+        ),
+        ("table", ["#", "claim", "source", "criterion", "measured here", "verdict"], rows),
+    ]
 
 
 def build(m: dict[str, Any], out: Path) -> tuple[list[Block], list[Claim]]:
@@ -68,16 +73,22 @@ def to_html(blocks: list[Block]) -> str:
         elif kind == "pre":
             parts.append(f"<pre>{e(block[1])}</pre>")
         elif kind == "img":
-            parts.append(f'<figure><img src="{e(block[1])}" alt="{e(block[2])}"><figcaption>{e(block[2])}</figcaption></figure>')
+            parts.append(
+                f'<figure><img src="{e(block[1])}" alt="{e(block[2])}"><figcaption>{e(block[2])}</figcaption></figure>'
+            )
         elif kind == "table":
             head = "".join(f"<th>{e(str(h))}</th>" for h in block[1])
             body = "".join("<tr>" + "".join(f"<td>{e(str(v))}</td>" for v in row) + "</tr>" for row in block[2])
             parts.append(f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>")
-    style = ("body{font-family:sans-serif;max-width:72em;margin:2em auto;line-height:1.4}"
-             "table{border-collapse:collapse;font-size:90%}td,th{border:1px solid #ccc;padding:3px 6px;vertical-align:top}"
-             "img{max-width:100%}figcaption{font-size:85%;color:#555}pre{background:#f6f6f6;padding:6px}")
-    return (f"<!doctype html><html><head><meta charset='utf-8'><title>{e(TITLE)}</title><style>{style}</style></head>"
-            f"<body>{''.join(parts)}</body></html>\n")
+    style = (
+        "body{font-family:sans-serif;max-width:72em;margin:2em auto;line-height:1.4}"
+        "table{border-collapse:collapse;font-size:90%}td,th{border:1px solid #ccc;padding:3px 6px;vertical-align:top}"
+        "img{max-width:100%}figcaption{font-size:85%;color:#555}pre{background:#f6f6f6;padding:6px}"
+    )
+    return (
+        f"<!doctype html><html><head><meta charset='utf-8'><title>{e(TITLE)}</title><style>{style}</style></head>"
+        f"<body>{''.join(parts)}</body></html>\n"
+    )
 
 
 def write_report(m: dict[str, Any], out: Path) -> tuple[Path, list[Claim]]:

@@ -17,23 +17,53 @@ from typing import Any
 from ..config import ModelConfig
 from .variations import TABLE3, TRAIN_FIELDS, has_d_k_field
 
-LABELS = ("h=1", "h=4", "h=16", "h=32", "d_k=16", "d_k=32", "N=2", "N=4", "N=8", "d_model=256", "d_model=1024",
-          "d_ff=1024", "d_ff=4096", "P_drop=0.0", "P_drop=0.2", "eps_ls=0.0", "eps_ls=0.2", "learned positions")
-BASES = {"lab": "the lab's model (2+2 layers, d_model 128, h 4)", "recipe": "the recipe's (3+3 layers, d_model 256, h 4)"}
+LABELS = (
+    "h=1",
+    "h=4",
+    "h=16",
+    "h=32",
+    "d_k=16",
+    "d_k=32",
+    "N=2",
+    "N=4",
+    "N=8",
+    "d_model=256",
+    "d_model=1024",
+    "d_ff=1024",
+    "d_ff=4096",
+    "P_drop=0.0",
+    "P_drop=0.2",
+    "eps_ls=0.0",
+    "eps_ls=0.2",
+    "learned positions",
+)
+BASES = {
+    "lab": "the lab's model (2+2 layers, d_model 128, h 4)",
+    "recipe": "the recipe's (3+3 layers, d_model 256, h 4)",
+}
 
 
 def small_changes(label: str, base: ModelConfig) -> dict[str, Any]:
     """The change of Table 3's row `label`, made relative to the small base."""
     h, n, d_k = base.n_heads, base.n_layers, base.encoder.d_k
     return {
-        "h=1": {"n_heads": 1}, "h=4": {"n_heads": max(1, h // 2)}, "h=16": {"n_heads": 2 * h}, "h=32": {"n_heads": 4 * h},
-        "d_k=16": {"d_k": max(1, d_k // 4)}, "d_k=32": {"d_k": max(1, d_k // 2)},
-        "N=2": {"n_layers": max(1, round(n / 3))}, "N=4": {"n_layers": max(1, round(2 * n / 3))},
+        "h=1": {"n_heads": 1},
+        "h=4": {"n_heads": max(1, h // 2)},
+        "h=16": {"n_heads": 2 * h},
+        "h=32": {"n_heads": 4 * h},
+        "d_k=16": {"d_k": max(1, d_k // 4)},
+        "d_k=32": {"d_k": max(1, d_k // 2)},
+        "N=2": {"n_layers": max(1, round(n / 3))},
+        "N=4": {"n_layers": max(1, round(2 * n / 3))},
         "N=8": {"n_layers": round(4 * n / 3) if round(4 * n / 3) > n else n + 1},
-        "d_model=256": {"d_model": base.d_model // 2}, "d_model=1024": {"d_model": 2 * base.d_model},
-        "d_ff=1024": {"d_ff": base.d_ff // 2}, "d_ff=4096": {"d_ff": 2 * base.d_ff},
-        "P_drop=0.0": {"p_drop": 0.0}, "P_drop=0.2": {"p_drop": 0.2},
-        "eps_ls=0.0": {"label_smoothing": 0.0}, "eps_ls=0.2": {"label_smoothing": 0.2},
+        "d_model=256": {"d_model": base.d_model // 2},
+        "d_model=1024": {"d_model": 2 * base.d_model},
+        "d_ff=1024": {"d_ff": base.d_ff // 2},
+        "d_ff=4096": {"d_ff": 2 * base.d_ff},
+        "P_drop=0.0": {"p_drop": 0.0},
+        "P_drop=0.2": {"p_drop": 0.2},
+        "eps_ls=0.0": {"label_smoothing": 0.0},
+        "eps_ls=0.2": {"label_smoothing": 0.2},
         "learned positions": {"positions": "learned"},
     }[label]
 
@@ -65,7 +95,9 @@ def score_run(run: Path, valid: str, src_lang: str, tgt_lang: str, bleu_sentence
 
     translator = Translator.load(run / "model")
     src, ref = read_parallel(find_file(valid, src_lang), find_file(valid, tgt_lang))
-    ppl, _ = perplexity(translator.model, translator.tokenizer.encode_source(src), translator.tokenizer.encode_target(ref))
+    ppl, _ = perplexity(
+        translator.model, translator.tokenizer.encode_source(src), translator.tokenizer.encode_target(ref)
+    )
     n = bleu_sentences or len(src)
     bleu = sacre_bleu(translator.translate(src[:n], beam_size=4), ref[:n]).score
     return {"ppl": ppl, "bleu": bleu}
@@ -77,9 +109,14 @@ def base_overrides(base: str, minutes: float, threads: int) -> list[str]:
 
     if base not in BASES:
         raise ValueError(f"unknown Table 3 base {base!r}; choose from {', '.join(BASES)}")
-    common = [f"--train.max_minutes={minutes}", "--train.average_last=1", "--train.save_every=100000",
-              "--train.eval_every=0", "--data.test=",
-              "--model.p_drop=0.1"]  # Table 3's base has the paper's P_drop (the recipe's is 0.3), so row D's 0 and 0.2 mean what they do there
+    common = [
+        f"--train.max_minutes={minutes}",
+        "--train.average_last=1",
+        "--train.save_every=100000",
+        "--train.eval_every=0",
+        "--data.test=",
+        "--model.p_drop=0.1",
+    ]  # Table 3's base has the paper's P_drop (the recipe's is 0.3), so row D's 0 and 0.2 mean what they do there
     common += [f"--train.threads={threads}"] if threads else []
     return ([o for o in FULL if "max_minutes" not in o] if base == "lab" else []) + common
 
@@ -120,8 +157,9 @@ def shared_vocabulary(out: Path, common: list[str], log: Callable[[str], None]) 
     return path
 
 
-def run_row(out: Path, name: str, common: list[str], changes: dict[str, Any], key: dict[str, Any],
-            bleu_sentences: int) -> dict[str, float]:
+def run_row(
+    out: Path, name: str, common: list[str], changes: dict[str, Any], key: dict[str, Any], bleu_sentences: int
+) -> dict[str, float]:
     """Train one row into out/name and score it. out/name/row.json keeps the scores: a rerun with the
     same settings (key) reads them instead of training again; a run killed part way resumes."""
     import json
@@ -135,26 +173,39 @@ def run_row(out: Path, name: str, common: list[str], changes: dict[str, Any], ke
     if done.is_file():
         kept = json.loads(done.read_text())
         if kept.get("key") != key:
-            raise ValueError(f"{run} holds a Table 3 row run with other settings ({kept.get('key')}); "
-                             "give another --out or remove it")
+            raise ValueError(
+                f"{run} holds a Table 3 row run with other settings ({kept.get('key')}); "
+                "give another --out or remove it"
+            )
         print(f"== {name}: measured before, read from {done}", flush=True)
         return kept["measured"]
     print(f"== {name}: {' '.join(overrides(changes)) or 'the base'}, {key['minutes']} min ...", flush=True)
     recipe = multi30k_recipe(common + overrides(changes) + [f"--data.vocab={out / 'spm.model'}"])
     results = train(recipe, run, log=lambda _: None)
     if results.get("minutes", 0) < 0.99 * key["minutes"]:  # Ctrl-C: training stopped early, its checkpoint saved
-        raise KeyboardInterrupt(f"{run} stopped at {results.get('minutes', 0):.1f} of {key['minutes']} min; "
-                                "the same command resumes it")
+        raise KeyboardInterrupt(
+            f"{run} stopped at {results.get('minutes', 0):.1f} of {key['minutes']} min; the same command resumes it"
+        )
     d = recipe.data
     measured = {**score_run(run, d.valid, d.src_lang, d.tgt_lang, bleu_sentences), "steps": results.get("steps", 0)}
     write_atomic(done, json.dumps({"key": key, "measured": measured}, indent=2).encode())
-    print(f"== {name}: {measured['steps']:,} steps, dev ppl {measured['ppl']:.2f}, BLEU {measured['bleu']:.2f}", flush=True)
+    print(
+        f"== {name}: {measured['steps']:,} steps, dev ppl {measured['ppl']:.2f}, BLEU {measured['bleu']:.2f}",
+        flush=True,
+    )
     return measured
 
 
-def run_table3(out: Path, minutes: float, labels: list[str] | None = None, bleu_sentences: int = 500,
-               threads: int = 0, base: str = "lab", log: Callable[[str], None] = print,
-               jobs: int = 1) -> list[dict[str, Any]]:
+def run_table3(
+    out: Path,
+    minutes: float,
+    labels: list[str] | None = None,
+    bleu_sentences: int = 500,
+    threads: int = 0,
+    base: str = "lab",
+    log: Callable[[str], None] = print,
+    jobs: int = 1,
+) -> list[dict[str, Any]]:
     """Train the small base and each chosen row for `minutes`, score them, compare directions with the paper.
 
     jobs rows train at once, each in its own process with `threads` threads (default: the cores / jobs);
@@ -178,25 +229,55 @@ def run_table3(out: Path, minutes: float, labels: list[str] | None = None, bleu_
     changes = row_changes([r.label for r in chosen], base_config, log)
     out.mkdir(parents=True, exist_ok=True)
     shared_vocabulary(out, common, log)
-    key = {"minutes": minutes, "base": base, "threads": threads, "bleu_sentences": bleu_sentences,
-           "attention": multi30k_recipe(common).train.attention}  # the kernel sets the steps a minute (train/kernels.py)
+    key = {
+        "minutes": minutes,
+        "base": base,
+        "threads": threads,
+        "bleu_sentences": bleu_sentences,
+        "attention": multi30k_recipe(common).train.attention,
+    }  # the kernel sets the steps a minute (train/kernels.py)
     log(f"{len(changes)} rows of {minutes} min, {jobs} at a time, {threads or 'default'} thread(s) each")
     with ProcessPoolExecutor(jobs, mp_context=get_context("spawn")) if jobs > 1 else _InProcess() as pool:
-        futures = {label: pool.submit(run_row, out, "base" if label == "base" else row_folder(label), common, c, key,
-                                      bleu_sentences) for label, c in changes.items()}
+        futures = {
+            label: pool.submit(
+                run_row, out, "base" if label == "base" else row_folder(label), common, c, key, bleu_sentences
+            )
+            for label, c in changes.items()
+        }
         measured = {label: future.result() for label, future in futures.items()}
     paper_base, measured_base = TABLE3[0], measured["base"]
-    rows = [{"label": "base", "group": "base", "change": BASES[base], **measured_base,
-             "paper_ppl": paper_base.ppl, "paper_bleu": paper_base.bleu, "threads": threads, "jobs": jobs,
-             "attention": key["attention"]}]
+    rows = [
+        {
+            "label": "base",
+            "group": "base",
+            "change": BASES[base],
+            **measured_base,
+            "paper_ppl": paper_base.ppl,
+            "paper_bleu": paper_base.bleu,
+            "threads": threads,
+            "jobs": jobs,
+            "attention": key["attention"],
+        }
+    ]
     for row in (r for r in chosen if r.label in measured):
         m = measured[row.label]
-        rows.append({"label": row.label, "group": row.group, "change": " ".join(overrides(changes[row.label])), **m,
-                     "paper_ppl": row.ppl, "paper_bleu": row.bleu,
-                     "ppl_agrees": agreement(direction(m["ppl"] - measured_base["ppl"], 0.01 * measured_base["ppl"]),
-                                             direction(row.ppl - paper_base.ppl, 0.005)),
-                     "bleu_agrees": agreement(direction(m["bleu"] - measured_base["bleu"], 0.3),
-                                              direction(row.bleu - paper_base.bleu, 0.05))})
+        rows.append(
+            {
+                "label": row.label,
+                "group": row.group,
+                "change": " ".join(overrides(changes[row.label])),
+                **m,
+                "paper_ppl": row.ppl,
+                "paper_bleu": row.bleu,
+                "ppl_agrees": agreement(
+                    direction(m["ppl"] - measured_base["ppl"], 0.01 * measured_base["ppl"]),
+                    direction(row.ppl - paper_base.ppl, 0.005),
+                ),
+                "bleu_agrees": agreement(
+                    direction(m["bleu"] - measured_base["bleu"], 0.3), direction(row.bleu - paper_base.bleu, 0.05)
+                ),
+            }
+        )
     return rows
 
 
@@ -219,12 +300,17 @@ def table_markdown(rows: list[dict[str, Any]], minutes: float) -> str:
     how = f", {threads} thread(s) a row" if threads else ""
     how += f", {jobs} rows at a time" if jobs > 1 else ""
     how += f", attention kernel {rows[0]['attention']}" if rows[0].get("attention") else ""
-    lines = [f"Table 3 at small scale: Multi30k En-De, {minutes} min of training a row{how}; dev perplexity per word "
-             "piece (all 1,014 pairs) and BLEU (beam 4). The direction columns compare each row's change from "
-             "the base with the paper's.", "",
-             "| group | row | change here | steps | ppl | BLEU | paper ppl | paper BLEU | ppl direction | BLEU direction |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        f"Table 3 at small scale: Multi30k En-De, {minutes} min of training a row{how}; dev perplexity per word "
+        "piece (all 1,014 pairs) and BLEU (beam 4). The direction columns compare each row's change from "
+        "the base with the paper's.",
+        "",
+        "| group | row | change here | steps | ppl | BLEU | paper ppl | paper BLEU | ppl direction | BLEU direction |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
-        lines.append(f"| {r['group']} | {r['label']} | {r['change']} | {r['steps']:,} | {r['ppl']:.2f} | {r['bleu']:.2f} | "
-                     f"{r['paper_ppl']:.2f} | {r['paper_bleu']:.1f} | {r.get('ppl_agrees', '')} | {r.get('bleu_agrees', '')} |")
+        lines.append(
+            f"| {r['group']} | {r['label']} | {r['change']} | {r['steps']:,} | {r['ppl']:.2f} | {r['bleu']:.2f} | "
+            f"{r['paper_ppl']:.2f} | {r['paper_bleu']:.1f} | {r.get('ppl_agrees', '')} | {r.get('bleu_agrees', '')} |"
+        )
     return "\n".join(lines) + "\n"

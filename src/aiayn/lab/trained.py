@@ -11,15 +11,32 @@ from ..recipe import Recipe, load_recipe
 REPO = Path(__file__).resolve().parents[3]
 RECIPE = REPO / "recipes" / "multi30k-en-de.yaml"
 QUICK = [  # CI: a 300,000-parameter model for 20 seconds; it learns little
-    "--data.vocab_size=1000", "--model.preset=tiny", "--train.max_minutes=0.3", "--train.batch_tokens=2048",
-    "--train.warmup_steps=100", "--train.lr_factor=0.5", "--train.threads=1",
+    "--data.vocab_size=1000",
+    "--model.preset=tiny",
+    "--train.max_minutes=0.3",
+    "--train.batch_tokens=2048",
+    "--train.warmup_steps=100",
+    "--train.lr_factor=0.5",
+    "--train.threads=1",
 ]
 FULL = [  # 2+2 layers, d_model 128, for two minutes: the recipe's d_model 256 model needs an hour on a CPU
-    "--data.vocab_size=2000", "--model.preset=tiny", "--model.d_model=128", "--model.d_ff=512",
-    "--train.max_minutes=2", "--train.batch_tokens=2048", "--train.warmup_steps=200", "--train.lr_factor=0.5",
+    "--data.vocab_size=2000",
+    "--model.preset=tiny",
+    "--model.d_model=128",
+    "--model.d_ff=512",
+    "--train.max_minutes=2",
+    "--train.batch_tokens=2048",
+    "--train.warmup_steps=200",
+    "--train.lr_factor=0.5",
 ]
-COMMON = ["--data.test=", "--train.eval_every=0", "--train.save_every=30", "--train.keep_checkpoints=5",
-          "--train.average_last=5", "--train.alpha=0.6"]  # §6.1's alpha: the recipe's 1.2 was chosen for its hour-long model
+COMMON = [
+    "--data.test=",
+    "--train.eval_every=0",
+    "--train.save_every=30",
+    "--train.keep_checkpoints=5",
+    "--train.average_last=5",
+    "--train.alpha=0.6",
+]  # §6.1's alpha: the recipe's 1.2 was chosen for its hour-long model
 
 
 def multi30k_recipe(overrides: list[str]) -> Recipe:
@@ -44,8 +61,9 @@ def lab_recipe(quick: bool, minutes: float | None = None, threads: int = 0) -> R
     return multi30k_recipe(overrides)
 
 
-def train_small(out: Path, quick: bool, log: Callable[[str], None] = print, minutes: float | None = None,
-                threads: int = 0) -> dict[str, Any]:
+def train_small(
+    out: Path, quick: bool, log: Callable[[str], None] = print, minutes: float | None = None, threads: int = 0
+) -> dict[str, Any]:
     """Train (or resume) the lab's model into out; return the run's results (out/model is the model)."""
     from ..train.loop import train
 

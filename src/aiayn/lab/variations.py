@@ -79,8 +79,13 @@ def table3_counts(vocab_size: int = PAPER_VOCAB) -> list[dict[str, Any]]:
     rows = []
     for row in TABLE3:
         config = row_config(row, base)
-        rows.append({"group": row.group, "label": row.label,
-                     "paper_m": row.params_m if row.params_m is not None else 65,
-                     "paper_cell_empty": row.params_m is None,
-                     "counted_m": None if config is None else parameter_count(config) / 1e6})
+        rows.append(
+            {
+                "group": row.group,
+                "label": row.label,
+                "paper_m": row.params_m if row.params_m is not None else 65,
+                "paper_cell_empty": row.params_m is None,
+                "counted_m": None if config is None else parameter_count(config) / 1e6,
+            }
+        )
     return rows

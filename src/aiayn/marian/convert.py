@@ -1,9 +1,9 @@
 """Conversions between model directories: Marian -> aiayn, aiayn -> Marian, either -> CTranslate2.
 
-    aiayn      config.json {"format": "aiayn"}, model.safetensors, and its tokenizer: spm.model, or
-               (converted from Marian) source.spm, target.spm, vocab.json, tokenizer_config.json
-    marian     Hugging Face Marian: config.json {"model_type": "marian"}, weights, the same four files
-    ctranslate2  what ctranslate2's own TransformersConverter writes, plus the SentencePiece models
+aiayn      config.json {"format": "aiayn"}, model.safetensors, and its tokenizer: spm.model, or
+           (converted from Marian) source.spm, target.spm, vocab.json, tokenizer_config.json
+marian     Hugging Face Marian: config.json {"model_type": "marian"}, weights, the same four files
+ctranslate2  what ctranslate2's own TransformersConverter writes, plus the SentencePiece models
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ QUANTIZATIONS = ("int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16
 
 
 def detect_format(directory: str | Path) -> str:
-    """"aiayn" or "marian", from config.json; an error naming the directory otherwise."""
+    """ "aiayn" or "marian", from config.json; an error naming the directory otherwise."""
     directory = Path(directory)
     if io.is_aiayn_model(directory):
         return "aiayn"
@@ -113,8 +113,9 @@ def aiayn_to_marian(aiayn_dir: str | Path, out_dir: str | Path) -> Path:
     return save_marian(model, tokenizer, out_dir, beam_size=decode.beam_size, alpha=decode.alpha)
 
 
-def to_ctranslate2(model_dir: str | Path, out_dir: str | Path, quantization: str | None = None,
-                   force: bool = False) -> Path:
+def to_ctranslate2(
+    model_dir: str | Path, out_dir: str | Path, quantization: str | None = None, force: bool = False
+) -> Path:
     """A CTranslate2 model through ctranslate2's TransformersConverter (an aiayn model goes via Marian)."""
     if quantization is not None and quantization not in QUANTIZATIONS:
         raise ValueError(f"unknown quantization {quantization!r}; choose from {', '.join(QUANTIZATIONS)}")

@@ -26,8 +26,12 @@ from .tokenizer import SOURCE_SPM, TARGET_SPM, TARGET_VOCAB, TOKENIZER_CONFIG, V
 
 ACTIVATION_NAMES = {"relu": "relu", "gelu": "gelu", "swish": "swish"}
 # aiayn name fragment -> Hugging Face's (the inverse of load.MARIAN_RENAMES).
-HF_RENAMES = [(".ffn.fc1.", ".fc1."), (".ffn.fc2.", ".fc2."), (".cross_attn_layer_norm.", ".encoder_attn_layer_norm."),
-              (".cross_attn.", ".encoder_attn.")]
+HF_RENAMES = [
+    (".ffn.fc1.", ".fc1."),
+    (".ffn.fc2.", ".fc2."),
+    (".cross_attn_layer_norm.", ".encoder_attn_layer_norm."),
+    (".cross_attn.", ".encoder_attn."),
+]
 
 
 def halves_permutation(d_model: int) -> Tensor:
@@ -46,7 +50,8 @@ def permute_residual(state: dict[str, Tensor], perm: Tensor) -> dict[str, Tensor
     out = {}
     for name, t in state.items():
         if name.endswith(("embed.weight", "output_proj.weight")) or name.endswith(
-                tuple(f"{p}.weight" for p in ("q_proj", "k_proj", "v_proj", "ffn.fc1"))):
+            tuple(f"{p}.weight" for p in ("q_proj", "k_proj", "v_proj", "ffn.fc1"))
+        ):
             t = t[:, perm]
         elif name.endswith(("out_proj.weight", "ffn.fc2.weight")):
             t = t[perm, :]
@@ -59,25 +64,44 @@ def permute_residual(state: dict[str, Tensor], perm: Tensor) -> dict[str, Tensor
 def marian_config(config: ModelConfig) -> dict:
     """config.json of the Hugging Face Marian model that computes what Transformer(config) computes."""
     if config.positions != "sinusoidal":
-        raise ValueError("learned positions (Table 3 row E) cannot be exported: Marian's position table is fixed sinusoids")
+        raise ValueError(
+            "learned positions (Table 3 row E) cannot be exported: Marian's position table is fixed sinusoids"
+        )
     for stack in (config.encoder, config.decoder):
         if stack.heads * stack.d_k != config.d_model or stack.d_v != stack.d_k:
-            raise ValueError(f"d_k {stack.d_k}, d_v {stack.d_v} with {stack.heads} heads cannot be exported: "
-                             "Marian's heads are d_model / h wide")
+            raise ValueError(
+                f"d_k {stack.d_k}, d_v {stack.d_v} with {stack.heads} heads cannot be exported: "
+                "Marian's heads are d_model / h wide"
+            )
     if config.layer_norm_eps != 1e-5:
         raise ValueError(f"layer_norm_eps {config.layer_norm_eps} cannot be exported: Marian's layer norms use 1e-5")
     return {
-        "architectures": ["MarianMTModel"], "model_type": "marian",
-        "vocab_size": config.vocab_size, "decoder_vocab_size": config.target_vocab_size,
-        "d_model": config.d_model, "encoder_layers": config.n_layers, "decoder_layers": config.decoder_layers,
-        "encoder_attention_heads": config.encoder.heads, "decoder_attention_heads": config.decoder.heads,
-        "encoder_ffn_dim": config.encoder.d_ff, "decoder_ffn_dim": config.decoder.d_ff,
+        "architectures": ["MarianMTModel"],
+        "model_type": "marian",
+        "vocab_size": config.vocab_size,
+        "decoder_vocab_size": config.target_vocab_size,
+        "d_model": config.d_model,
+        "encoder_layers": config.n_layers,
+        "decoder_layers": config.decoder_layers,
+        "encoder_attention_heads": config.encoder.heads,
+        "decoder_attention_heads": config.decoder.heads,
+        "encoder_ffn_dim": config.encoder.d_ff,
+        "decoder_ffn_dim": config.decoder.d_ff,
         "activation_function": ACTIVATION_NAMES[config.activation],
-        "dropout": config.p_drop, "attention_dropout": config.p_attn_drop, "activation_dropout": config.p_ffn_drop,
-        "max_position_embeddings": config.max_len, "scale_embedding": config.scale_embedding,
-        "share_encoder_decoder_embeddings": config.share_embeddings, "tie_word_embeddings": config.tie_output,
-        "pad_token_id": config.pad_id, "eos_token_id": config.eos_id, "decoder_start_token_id": config.bos_id,
-        "forced_eos_token_id": None, "bos_token_id": None, "is_encoder_decoder": True, "dtype": "float32",
+        "dropout": config.p_drop,
+        "attention_dropout": config.p_attn_drop,
+        "activation_dropout": config.p_ffn_drop,
+        "max_position_embeddings": config.max_len,
+        "scale_embedding": config.scale_embedding,
+        "share_encoder_decoder_embeddings": config.share_embeddings,
+        "tie_word_embeddings": config.tie_output,
+        "pad_token_id": config.pad_id,
+        "eos_token_id": config.eos_id,
+        "decoder_start_token_id": config.bos_id,
+        "forced_eos_token_id": None,
+        "bos_token_id": None,
+        "is_encoder_decoder": True,
+        "dtype": "float32",
     }
 
 
@@ -85,9 +109,14 @@ def generation_config(config: ModelConfig, beam_size: int = 4, alpha: float = 0.
     """generation_config.json: aiayn's decoding as far as HF says it ("power" length penalty, no forced </s>)."""
     banned = sorted({config.pad_id, config.bos_id})  # never generated: padding and the start token
     return {
-        "decoder_start_token_id": config.bos_id, "eos_token_id": config.eos_id, "pad_token_id": config.pad_id,
-        "forced_eos_token_id": None, "bad_words_ids": [[i] for i in banned],
-        "num_beams": beam_size, "length_penalty": alpha, "max_length": config.max_len,
+        "decoder_start_token_id": config.bos_id,
+        "eos_token_id": config.eos_id,
+        "pad_token_id": config.pad_id,
+        "forced_eos_token_id": None,
+        "bad_words_ids": [[i] for i in banned],
+        "num_beams": beam_size,
+        "length_penalty": alpha,
+        "max_length": config.max_len,
     }
 
 
@@ -118,8 +147,11 @@ def hf_state_dict(state: dict[str, Tensor], config: ModelConfig) -> dict[str, Te
         assert torch.equal(sinusoid_table(4, config.d_model)[:, perm], sinusoid_table(4, config.d_model, "halves"))
         state = permute_residual(state, perm)
     state = dict(state)
-    out = {"model.shared.weight" if config.share_embeddings else "model.encoder.embed_tokens.weight":
-           state.pop("encoder.embed.weight")}
+    out = {
+        "model.shared.weight" if config.share_embeddings else "model.encoder.embed_tokens.weight": state.pop(
+            "encoder.embed.weight"
+        )
+    }
     decoder_embed = state.pop("decoder.embed.weight")
     if not config.share_embeddings:
         out["model.decoder.embed_tokens.weight"] = decoder_embed
@@ -142,26 +174,50 @@ def spm_tokenizer_files(spm_proto: bytes, order: Tensor, max_len: int = 512) -> 
     if sp.get_piece_size() != order.numel():
         raise ValueError(f"spm.model has {sp.get_piece_size()} pieces, the model {order.numel()} rows")
     vocab = {sp.id_to_piece(int(old)): new for new, old in enumerate(order)}
-    settings = {"tokenizer_class": "MarianTokenizer", "separate_vocabs": False, "eos_token": "</s>",
-                "unk_token": "<unk>", "pad_token": "<pad>", "model_max_length": max_len}
-    return {SOURCE_SPM: spm_proto, TARGET_SPM: spm_proto, VOCAB: json.dumps(vocab, ensure_ascii=False).encode(),
-            TOKENIZER_CONFIG: json.dumps(settings, indent=2).encode()}
+    settings = {
+        "tokenizer_class": "MarianTokenizer",
+        "separate_vocabs": False,
+        "eos_token": "</s>",
+        "unk_token": "<unk>",
+        "pad_token": "<pad>",
+        "model_max_length": max_len,
+    }
+    return {
+        SOURCE_SPM: spm_proto,
+        TARGET_SPM: spm_proto,
+        VOCAB: json.dumps(vocab, ensure_ascii=False).encode(),
+        TOKENIZER_CONFIG: json.dumps(settings, indent=2).encode(),
+    }
 
 
 def marian_tokenizer_files(tokenizer: MarianTokenizer, max_len: int = 512) -> dict[str, bytes]:
     """A Marian tokenizer's own files, written back unchanged."""
-    settings = {"tokenizer_class": "MarianTokenizer", "separate_vocabs": tokenizer.separate_vocabs,
-                "eos_token": "</s>", "unk_token": "<unk>", "pad_token": "<pad>", "model_max_length": max_len}
-    files = {SOURCE_SPM: tokenizer.source_proto, TARGET_SPM: tokenizer.target_proto,
-             VOCAB: json.dumps(tokenizer.vocab, ensure_ascii=False).encode(),
-             TOKENIZER_CONFIG: json.dumps(settings, indent=2).encode()}
+    settings = {
+        "tokenizer_class": "MarianTokenizer",
+        "separate_vocabs": tokenizer.separate_vocabs,
+        "eos_token": "</s>",
+        "unk_token": "<unk>",
+        "pad_token": "<pad>",
+        "model_max_length": max_len,
+    }
+    files = {
+        SOURCE_SPM: tokenizer.source_proto,
+        TARGET_SPM: tokenizer.target_proto,
+        VOCAB: json.dumps(tokenizer.vocab, ensure_ascii=False).encode(),
+        TOKENIZER_CONFIG: json.dumps(settings, indent=2).encode(),
+    }
     if tokenizer.separate_vocabs:
         files[TARGET_VOCAB] = json.dumps(tokenizer.target_vocab, ensure_ascii=False).encode()
     return files
 
 
-def save_marian(model: Transformer, tokenizer: Vocab | MarianTokenizer, directory: str | Path,
-                beam_size: int = 4, alpha: float = 0.6) -> Path:
+def save_marian(
+    model: Transformer,
+    tokenizer: Vocab | MarianTokenizer,
+    directory: str | Path,
+    beam_size: int = 4,
+    alpha: float = 0.6,
+) -> Path:
     """Write a directory that transformers.MarianMTModel.from_pretrained (and load_marian) reads.
 
     With an aiayn SentencePiece vocabulary the token ids are relabelled so that <pad> comes last,

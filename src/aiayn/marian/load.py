@@ -27,19 +27,43 @@ ACTIVATIONS = {"relu": "relu", "gelu": "gelu", "swish": "swish", "silu": "swish"
 
 # What MarianConfig assumes when config.json leaves a field out (transformers' MarianConfig defaults).
 MARIAN_DEFAULTS = dict(
-    vocab_size=58101, decoder_vocab_size=None, max_position_embeddings=1024, encoder_layers=12,
-    encoder_ffn_dim=4096, encoder_attention_heads=16, decoder_layers=12, decoder_ffn_dim=4096,
-    decoder_attention_heads=16, activation_function="gelu", d_model=1024, dropout=0.1,
-    attention_dropout=0.0, activation_dropout=0.0, decoder_start_token_id=58100, scale_embedding=False,
-    pad_token_id=58100, eos_token_id=0, forced_eos_token_id=0, share_encoder_decoder_embeddings=True,
+    vocab_size=58101,
+    decoder_vocab_size=None,
+    max_position_embeddings=1024,
+    encoder_layers=12,
+    encoder_ffn_dim=4096,
+    encoder_attention_heads=16,
+    decoder_layers=12,
+    decoder_ffn_dim=4096,
+    decoder_attention_heads=16,
+    activation_function="gelu",
+    d_model=1024,
+    dropout=0.1,
+    attention_dropout=0.0,
+    activation_dropout=0.0,
+    decoder_start_token_id=58100,
+    scale_embedding=False,
+    pad_token_id=58100,
+    eos_token_id=0,
+    forced_eos_token_id=0,
+    share_encoder_decoder_embeddings=True,
     tie_word_embeddings=True,
 )
 # Tensors outside the layers that are read by name (or, tied, need not be).
-EMBEDDINGS = {"shared.weight", "encoder.embed_tokens.weight", "decoder.embed_tokens.weight", "lm_head.weight",
-              "final_logits_bias"}
+EMBEDDINGS = {
+    "shared.weight",
+    "encoder.embed_tokens.weight",
+    "decoder.embed_tokens.weight",
+    "lm_head.weight",
+    "final_logits_bias",
+}
 # Hugging Face name fragment -> aiayn name fragment (the rest of the names are equal).
-MARIAN_RENAMES = [(".fc1.", ".ffn.fc1."), (".fc2.", ".ffn.fc2."), (".encoder_attn_layer_norm.", ".cross_attn_layer_norm."),
-                  (".encoder_attn.", ".cross_attn.")]
+MARIAN_RENAMES = [
+    (".fc1.", ".ffn.fc1."),
+    (".fc2.", ".ffn.fc2."),
+    (".encoder_attn_layer_norm.", ".cross_attn_layer_norm."),
+    (".encoder_attn.", ".cross_attn."),
+]
 
 
 def is_marian_model(directory: str | Path) -> bool:
@@ -57,12 +81,16 @@ def read_marian_config(directory: str | Path) -> dict:
     if raw.get("format") == "aiayn":
         raise ValueError(f"{directory / CONFIG}: an aiayn model, not a Marian one (use aiayn.io.load_model)")
     if raw.get("model_type") != "marian":
-        raise ValueError(f"{directory / CONFIG}: model_type {raw.get('model_type')!r} is not supported "
-                         "(only Hugging Face Marian models, model_type \"marian\")")
+        raise ValueError(
+            f"{directory / CONFIG}: model_type {raw.get('model_type')!r} is not supported "
+            '(only Hugging Face Marian models, model_type "marian")'
+        )
     unknown = set(raw.get("architectures") or []) - ARCHITECTURES
     if unknown:
-        raise ValueError(f"{directory / CONFIG}: architecture {', '.join(sorted(unknown))} is not supported "
-                         f"(only {', '.join(sorted(ARCHITECTURES))})")
+        raise ValueError(
+            f"{directory / CONFIG}: architecture {', '.join(sorted(unknown))} is not supported "
+            f"(only {', '.join(sorted(ARCHITECTURES))})"
+        )
     cfg = {**MARIAN_DEFAULTS, **raw}
     if raw.get("normalize_before") or raw.get("add_final_layer_norm"):
         raise ValueError(f"{directory / CONFIG}: pre-norm Marian variants are not supported (post-norm only, §3.1)")
@@ -72,24 +100,38 @@ def read_marian_config(directory: str | Path) -> dict:
 def model_config_from_marian(cfg: dict, unk_id: int) -> ModelConfig:
     """The aiayn ModelConfig of a Marian config.json (as read by `read_marian_config`)."""
     if cfg["activation_function"] not in ACTIVATIONS:
-        raise ValueError(f"config.json: activation_function {cfg['activation_function']!r} is not supported "
-                         f"(choose from {', '.join(ACTIVATIONS)})")
+        raise ValueError(
+            f"config.json: activation_function {cfg['activation_function']!r} is not supported "
+            f"(choose from {', '.join(ACTIVATIONS)})"
+        )
     shared = bool(cfg["share_encoder_decoder_embeddings"])
     decoder_vocab = cfg["decoder_vocab_size"] or cfg["vocab_size"]
     return ModelConfig(
         vocab_size=cfg["vocab_size"],
         tgt_vocab_size=None if shared or decoder_vocab == cfg["vocab_size"] else decoder_vocab,
-        d_model=cfg["d_model"], d_ff=cfg["encoder_ffn_dim"], n_heads=cfg["encoder_attention_heads"],
+        d_model=cfg["d_model"],
+        d_ff=cfg["encoder_ffn_dim"],
+        n_heads=cfg["encoder_attention_heads"],
         n_layers=cfg["encoder_layers"],
         n_decoder_layers=_unless_equal(cfg, "decoder_layers", "encoder_layers"),
         n_decoder_heads=_unless_equal(cfg, "decoder_attention_heads", "encoder_attention_heads"),
         d_decoder_ff=_unless_equal(cfg, "decoder_ffn_dim", "encoder_ffn_dim"),
-        p_drop=cfg["dropout"], p_attn_drop=cfg["attention_dropout"], p_ffn_drop=cfg["activation_dropout"],
+        p_drop=cfg["dropout"],
+        p_attn_drop=cfg["attention_dropout"],
+        p_ffn_drop=cfg["activation_dropout"],
         max_len=cfg["max_position_embeddings"],
-        pad_id=cfg["pad_token_id"], bos_id=cfg["decoder_start_token_id"], eos_id=cfg["eos_token_id"], unk_id=unk_id,
-        positions="sinusoidal", sinusoid_layout="halves", activation=ACTIVATIONS[cfg["activation_function"]],
-        scale_embedding=bool(cfg["scale_embedding"]), share_embeddings=shared,
-        tie_output=bool(cfg["tie_word_embeddings"]), final_logits_bias=True, layer_norm_eps=1e-5,
+        pad_id=cfg["pad_token_id"],
+        bos_id=cfg["decoder_start_token_id"],
+        eos_id=cfg["eos_token_id"],
+        unk_id=unk_id,
+        positions="sinusoidal",
+        sinusoid_layout="halves",
+        activation=ACTIVATIONS[cfg["activation_function"]],
+        scale_embedding=bool(cfg["scale_embedding"]),
+        share_embeddings=shared,
+        tie_output=bool(cfg["tie_word_embeddings"]),
+        final_logits_bias=True,
+        layer_norm_eps=1e-5,
     )
 
 
@@ -105,19 +147,28 @@ def decode_config_from_marian(cfg: dict, generation: dict) -> DecodeConfig:
     length penalty divides a hypothesis's log-probability by |Y|^alpha ("power"). No bound relative
     to the input length applies (extra_len is set so that it never binds).
     """
+
     def get(key: str, default):
         value = generation.get(key, cfg.get(key))
         return default if value is None else value
 
-    banned = {tuple(ids) for ids in get("bad_words_ids", [])} - {(cfg["pad_token_id"],), (cfg["decoder_start_token_id"],)}
+    banned = {tuple(ids) for ids in get("bad_words_ids", [])} - {
+        (cfg["pad_token_id"],),
+        (cfg["decoder_start_token_id"],),
+    }
     if banned:  # aiayn's search bans <pad> and the start token only
         warnings.warn(f"generation setting bad_words_ids {sorted(banned)} is not applied by aiayn's search")
     max_length = int(get("max_length", 20))
     # generation_config.json leaves out what is unset, so there an absent key means None, not config.json's.
     forced = generation.get("forced_eos_token_id") if generation else cfg.get("forced_eos_token_id")
-    return DecodeConfig(beam_size=int(get("num_beams", 1)), alpha=float(get("length_penalty", 1.0)),
-                        length_penalty="power", max_len=max_length - 1, extra_len=max_length,
-                        forced_eos=forced == cfg["eos_token_id"])
+    return DecodeConfig(
+        beam_size=int(get("num_beams", 1)),
+        alpha=float(get("length_penalty", 1.0)),
+        length_penalty="power",
+        max_len=max_length - 1,
+        extra_len=max_length,
+        forced_eos=forced == cfg["eos_token_id"],
+    )
 
 
 def read_weights(directory: str | Path, read: Reader = read_safetensors) -> dict[str, Tensor]:
@@ -207,14 +258,22 @@ def load_marian_model(
 
 def _check_vocab(tokenizer: MarianTokenizer, config: ModelConfig, directory: Path) -> None:
     """vocab.json must index the embedding rows, and its special ids must be config.json's."""
-    for table, rows, name in ((tokenizer.vocab, config.vocab_size, VOCAB),
-                              (tokenizer.target_vocab, config.target_vocab_size, "target vocabulary")):
+    for table, rows, name in (
+        (tokenizer.vocab, config.vocab_size, VOCAB),
+        (tokenizer.target_vocab, config.target_vocab_size, "target vocabulary"),
+    ):
         if len(table) != rows or max(table.values()) >= rows:
-            raise ValueError(f"{directory}: {name} has {len(table)} pieces (largest id {max(table.values())}) but "
-                             f"the model's vocabulary size is {rows}: vocabulary size does not match the weights")
+            raise ValueError(
+                f"{directory}: {name} has {len(table)} pieces (largest id {max(table.values())}) but "
+                f"the model's vocabulary size is {rows}: vocabulary size does not match the weights"
+            )
     # Source padding is masked by config's pad id, and targets end with config's eos id.
-    for side, pad, eos in (("source", tokenizer.pad_id, config.eos_id),
-                           ("target", tokenizer.target_pad_id, tokenizer.target_eos_id)):
+    for side, pad, eos in (
+        ("source", tokenizer.pad_id, config.eos_id),
+        ("target", tokenizer.target_pad_id, tokenizer.target_eos_id),
+    ):
         if (pad, eos) != (config.pad_id, config.eos_id):
-            raise ValueError(f"{directory}: the {side} vocabulary has <pad> {pad} and </s> {eos}, but config.json "
-                             f"pad_token_id {config.pad_id} and eos_token_id {config.eos_id}")
+            raise ValueError(
+                f"{directory}: the {side} vocabulary has <pad> {pad} and </s> {eos}, but config.json "
+                f"pad_token_id {config.pad_id} and eos_token_id {config.eos_id}"
+            )

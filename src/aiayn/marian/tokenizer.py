@@ -51,8 +51,14 @@ def read_vocab(path: Path) -> dict[str, int]:
 class MarianTokenizer:
     """Text <-> ids for a Marian model: source/target SentencePiece models and vocab.json ids."""
 
-    def __init__(self, source_spm: bytes, target_spm: bytes, vocab: dict[str, int],
-                 target_vocab: dict[str, int] | None = None, where: dict[str, str] | None = None):
+    def __init__(
+        self,
+        source_spm: bytes,
+        target_spm: bytes,
+        vocab: dict[str, int],
+        target_vocab: dict[str, int] | None = None,
+        where: dict[str, str] | None = None,
+    ):
         where = where or {}  # file name -> its path, for errors
         self.source_sp = read_sentencepiece(source_spm, where.get(SOURCE_SPM, SOURCE_SPM))
         self.target_sp = read_sentencepiece(target_spm, where.get(TARGET_SPM, TARGET_SPM))
@@ -62,7 +68,8 @@ class MarianTokenizer:
         self.id_to_piece = {i: p for p, i in self.target_vocab.items()}
         self.eos_id, self.unk_id, self.pad_id = (self.vocab[SPECIAL[k]] for k in ("eos", "unk", "pad"))
         self.target_eos_id, self.target_pad_id, self.target_unk_id = (
-            self.target_vocab[SPECIAL[k]] for k in ("eos", "pad", "unk"))
+            self.target_vocab[SPECIAL[k]] for k in ("eos", "pad", "unk")
+        )
 
     @classmethod
     def load(cls, directory: str | Path) -> MarianTokenizer:
@@ -75,8 +82,13 @@ class MarianTokenizer:
         settings = read_json(directory / TOKENIZER_CONFIG) if (directory / TOKENIZER_CONFIG).is_file() else {}
         if settings.get("separate_vocabs"):
             target_vocab = read_vocab(directory / TARGET_VOCAB)
-        return cls((directory / SOURCE_SPM).read_bytes(), (directory / TARGET_SPM).read_bytes(),
-                   read_vocab(directory / VOCAB), target_vocab, {n: str(directory / n) for n in (SOURCE_SPM, TARGET_SPM)})
+        return cls(
+            (directory / SOURCE_SPM).read_bytes(),
+            (directory / TARGET_SPM).read_bytes(),
+            read_vocab(directory / VOCAB),
+            target_vocab,
+            {n: str(directory / n) for n in (SOURCE_SPM, TARGET_SPM)},
+        )
 
     @property
     def separate_vocabs(self) -> bool:

@@ -75,8 +75,9 @@ class DotProductAttention(nn.Module):
         super().__init__()
         self.p_drop = p_drop
 
-    def forward(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None,
-                need_weights: bool = False) -> tuple[Tensor, Tensor | None]:
+    def forward(
+        self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, need_weights: bool = False
+    ) -> tuple[Tensor, Tensor | None]:
         return scaled_dot_product_attention(q, k, v, mask, self.p_drop if self.training else 0.0, need_weights)
 
 

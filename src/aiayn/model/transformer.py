@@ -77,8 +77,9 @@ class Decoder(nn.Module):
         # A single new position may read every cached one; only a block of T > 1 needs the triangle.
         self_mask = causal_mask(T, offset + T, tgt.device) if T > 1 else None
         for i, layer in enumerate(self.layers):
-            y, (w_self, w_cross) = layer(y, memory_kv[i], self_mask, src_mask, caches[i] if caches else None,
-                                         need_weights=weights is not None)
+            y, (w_self, w_cross) = layer(
+                y, memory_kv[i], self_mask, src_mask, caches[i] if caches else None, need_weights=weights is not None
+            )
             if weights is not None:
                 weights.decoder.append(w_self)
                 weights.cross.append(w_cross)
@@ -102,7 +103,9 @@ class Transformer(nn.Module):
         self.decoder = Decoder(config, tgt_embed, positions)
         # Marian's final logits bias: a saved buffer, not trained, as Hugging Face holds it (and counts it).
         self.register_buffer("logits_bias", torch.zeros(config.target_vocab_size) if config.final_logits_bias else None)
-        self.output_proj = OutputProjection(config.d_model, config.target_vocab_size, tgt_embed if config.tie_output else None)
+        self.output_proj = OutputProjection(
+            config.d_model, config.target_vocab_size, tgt_embed if config.tie_output else None
+        )
         self._init_linear_weights()
 
     @classmethod
@@ -145,8 +148,9 @@ class Transformer(nn.Module):
         """Teacher-forced decoding of tgt (B, T) against z: logits (B, T, V)."""
         return self.project(self.decoder(tgt, self.decoder.memory_kv(memory), src_mask, weights=weights))
 
-    def forward(self, src: Tensor, tgt_in: Tensor, return_attention: bool = False, project: bool = True
-                ) -> Tensor | Output:
+    def forward(
+        self, src: Tensor, tgt_in: Tensor, return_attention: bool = False, project: bool = True
+    ) -> Tensor | Output:
         """src (B, S), tgt_in (B, T) shifted right -> logits (B, T, V), or Output with the weights.
 
         project=False stops before the pre-softmax projection and returns the decoder's output (B, T, D):

@@ -58,6 +58,7 @@ def tag_mask(symbols: list[str]) -> Tensor:
     """(V,) bool: the symbols that are POS tags (no bracket, no <special>)."""
     return torch.tensor([not (is_open(s) or is_close(s) or s.startswith("<")) for s in symbols])
 
+
 FREE, NO_PUNCTUATION = 0, 1  # the first two tag sets of every WordRules: any tag; any tag but punctuation's
 
 
@@ -120,9 +121,19 @@ class TreeState:
     run_first: Tensor  # (N, V) the tags that may begin every bracket of the opening run just written
 
     def index_select(self, index: Tensor, sentences: Tensor | None = None) -> TreeState:
-        return TreeState(self.cache.index_select(index, sentences), self.depth[index], self.tags[index],
-                         self.words[index], self.rules[index], self.stack[index], self.open_run[index],
-                         self.written[index], self.limit[index], self.last_tag[index], self.run_first[index])
+        return TreeState(
+            self.cache.index_select(index, sentences),
+            self.depth[index],
+            self.tags[index],
+            self.words[index],
+            self.rules[index],
+            self.stack[index],
+            self.open_run[index],
+            self.written[index],
+            self.limit[index],
+            self.last_tag[index],
+            self.run_first[index],
+        )
 
 
 @dataclass(frozen=True)
@@ -162,10 +173,13 @@ class TreeShape:
                     for label in waiting:
                         first[label].add(tag)
                     waiting = []
-        return cls(min(max(open_run, 1), MAX_DEPTH), min(max(depth, 1), MAX_DEPTH - 1),
-                   {k: tuple(sorted(v)) for k, v in sorted(first.items())},
-                   {k: tuple(sorted(v)) for k, v in sorted(last.items())},
-                   {k: tuple(sorted(v)) for k, v in sorted(children.items())})
+        return cls(
+            min(max(open_run, 1), MAX_DEPTH),
+            min(max(depth, 1), MAX_DEPTH - 1),
+            {k: tuple(sorted(v)) for k, v in sorted(first.items())},
+            {k: tuple(sorted(v)) for k, v in sorted(last.items())},
+            {k: tuple(sorted(v)) for k, v in sorted(children.items())},
+        )
 
     def to_json(self) -> dict:
         """The bounds, and the edge tags where known (an older shape has none: its file stays as it was)."""
@@ -177,8 +191,10 @@ class TreeShape:
 
     @classmethod
     def from_json(cls, data: dict) -> TreeShape:
-        edges = {name: {str(k): tuple(str(t) for t in v) for k, v in data.get(name, {}).items()}
-                 for name in ("first", "last", "children")}
+        edges = {
+            name: {str(k): tuple(str(t) for t in v) for k, v in data.get(name, {}).items()}
+            for name in ("first", "last", "children")
+        }
         return cls(**{k: int(v) for k, v in data.items() if k in ("open_run", "depth")}, **edges)
 
     def edge_table(self, symbols: list[str], side: str) -> Tensor:
@@ -215,8 +231,15 @@ class TreeConstrainedStep:
     config: the search's settings, for its length limits (the budget); None for no budget.
     shape: the training trees' bounds; the default bounds nothing but MAX_DEPTH."""
 
-    def __init__(self, inner: StepModel, symbols: list[str], words: Tensor, rules: WordRules | None = None,
-                 config: DecodeConfig | None = None, shape: TreeShape = TreeShape()):
+    def __init__(
+        self,
+        inner: StepModel,
+        symbols: list[str],
+        words: Tensor,
+        rules: WordRules | None = None,
+        config: DecodeConfig | None = None,
+        shape: TreeShape = TreeShape(),
+    ):
         self.inner, self.words, self.config, self.shape = inner, words, config, shape  # words (B,): word counts
         rules = word_rules([[]] * len(words), symbols) if rules is None else rules
         self.rules, self.tag_sets = rules  # (B, W), (S, V)
@@ -237,15 +260,37 @@ class TreeConstrainedStep:
         B, device = src.size(0), src.device
         self._to(device)
         zeros = torch.zeros(B, dtype=torch.long, device=device)
-        limit = (search_limits(self, src, self.config) if self.config is not None
-                 else torch.full((B,), torch.iinfo(torch.long).max // 2, device=device))
-        return TreeState(self.inner.start(src), zeros, zeros.clone(), self.words.to(device), self.rules.to(device),
-                         torch.zeros(B, MAX_DEPTH, dtype=torch.long, device=device), zeros.clone(), zeros.clone(),
-                         limit.to(device), torch.full_like(zeros, self.pad_id),
-                         torch.ones(B, self.is_tag.size(0), dtype=torch.bool, device=device))
+        limit = (
+            search_limits(self, src, self.config)
+            if self.config is not None
+            else torch.full((B,), torch.iinfo(torch.long).max // 2, device=device)
+        )
+        return TreeState(
+            self.inner.start(src),
+            zeros,
+            zeros.clone(),
+            self.words.to(device),
+            self.rules.to(device),
+            torch.zeros(B, MAX_DEPTH, dtype=torch.long, device=device),
+            zeros.clone(),
+            zeros.clone(),
+            limit.to(device),
+            torch.full_like(zeros, self.pad_id),
+            torch.ones(B, self.is_tag.size(0), dtype=torch.bool, device=device),
+        )
 
     def _to(self, device: torch.device) -> None:
-        for name in ("is_open", "is_close", "is_tag", "close_of", "tag_sets", "begun_by", "begins_count", "ends", "holds"):
+        for name in (
+            "is_open",
+            "is_close",
+            "is_tag",
+            "close_of",
+            "tag_sets",
+            "begun_by",
+            "begins_count",
+            "ends",
+            "holds",
+        ):
             setattr(self, name, getattr(self, name).to(device))
 
     def step(self, tokens: Tensor, state: TreeState) -> tuple[Tensor, TreeState]:
@@ -263,8 +308,9 @@ class TreeConstrainedStep:
         run = (state.open_run + 1) * opened.long()  # opening brackets in a row
         last_tag = torch.where(self.is_tag[token], token, state.last_tag)
         run_first = torch.where(opened[:, None], state.run_first & self.begun_by[token], True)  # (N, V)
-        nxt = TreeState(cache, depth, tags, state.words, state.rules, state.stack, run, written, state.limit,
-                        last_tag, run_first)
+        nxt = TreeState(
+            cache, depth, tags, state.words, state.rules, state.stack, run, written, state.limit, last_tag, run_first
+        )
         log_probs.masked_fill_(~self.allowed(nxt), -math.inf)
         return log_probs, nxt
 
@@ -290,7 +336,9 @@ class TreeConstrainedStep:
             tags &= s.run_first  # a tag each bracket just opened may begin with
         allowed = (tags & (s.depth > 0)[:, None]) | self.is_open[None, :]  # (N, V): one root
         if tables:
-            allowed &= (tags.float() @ self.begins_count > 0) | ~self.is_open  # an opening bracket whose label may begin so
+            allowed &= (
+                tags.float() @ self.begins_count > 0
+            ) | ~self.is_open  # an opening bracket whose label may begin so
             parent = torch.where(s.depth > 0, torch.where(top >= 0, top, self.bos_id), self.pad_id)  # <s>'s row: any
             allowed &= self.holds[parent]  # what that constituent (or the root's place) may hold
         allowed &= ~done[:, None]

@@ -49,8 +49,10 @@ def start_parser(recipe: Recipe, out: Path, log: Log) -> tuple[Transformer, Pars
         if distributed.is_main():
             src, tgt = read_split(recipe.data, recipe.data.train)
             tokenizer = ParseTokenizer.train(src, tgt, recipe.data.vocab_size, recipe.data.source_units)
-            log(f"{recipe.data.archive}: {len(src):,} training trees; {len(tokenizer):,} source {recipe.data.source_units}, "
-                f"{tokenizer.target_size:,} target symbols")
+            log(
+                f"{recipe.data.archive}: {len(src):,} training trees; {len(tokenizer):,} source {recipe.data.source_units}, "
+                f"{tokenizer.target_size:,} target symbols"
+            )
             tokenizer.save(out)
         distributed.barrier()
     tokenizer = ParseTokenizer.load(out)
@@ -59,8 +61,9 @@ def start_parser(recipe: Recipe, out: Path, log: Log) -> tuple[Transformer, Pars
     return Transformer(config).train(), tokenizer
 
 
-def test_parser(model: Transformer, tokenizer: ParseTokenizer, recipe: Recipe, out: Path, device: torch.device,
-                log: Log) -> dict:
+def test_parser(
+    model: Transformer, tokenizer: ParseTokenizer, recipe: Recipe, out: Path, device: torch.device, log: Log
+) -> dict:
     """Parse the test trees' sentences (the constrained search with §6.3's beam, alpha and limit) and score
     them with EVALB's rules."""
     d, t = recipe.data, recipe.train
@@ -71,8 +74,17 @@ def test_parser(model: Transformer, tokenizer: ParseTokenizer, recipe: Recipe, o
     score = evalb([str(g) for g in gold], hyp)
     (out / "test.trees").write_text("".join(h + "\n" for h in hyp), encoding="utf-8")
     a, s = score.all, score.short
-    log(f"test F1 {a.f1:.2f} (<= 40 words: {s.f1:.2f}) on {len(gold):,} trees of {d.test}, constrained search, EVALB's rules; "
-        f"{a.errors} rejected; {parser.report()}; parsed in {time.perf_counter() - began:.0f} s")
-    return {"test": d.test, "test_f1": a.f1, "test_f1_40": s.f1, "test_precision": a.precision,
-            "test_recall": a.recall, "test_complete_match": a.complete_match, "test_rejected": a.errors,
-            "test_repaired": parser.repaired}
+    log(
+        f"test F1 {a.f1:.2f} (<= 40 words: {s.f1:.2f}) on {len(gold):,} trees of {d.test}, constrained search, EVALB's rules; "
+        f"{a.errors} rejected; {parser.report()}; parsed in {time.perf_counter() - began:.0f} s"
+    )
+    return {
+        "test": d.test,
+        "test_f1": a.f1,
+        "test_f1_40": s.f1,
+        "test_precision": a.precision,
+        "test_recall": a.recall,
+        "test_complete_match": a.complete_match,
+        "test_rejected": a.errors,
+        "test_repaired": parser.repaired,
+    }

@@ -123,8 +123,9 @@ def score_sentence(gold_line: str, test_line: str) -> SentenceScore:
             return SentenceScore("error", gold.length, reason=f"words mismatch ({g}|{t})")
     matched = sum((gold.spans & test.spans).values())
     tags = sum(EQUAL_LABELS.get(g, g) == EQUAL_LABELS.get(t, t) for g, t in zip(gold.tags, test.tags))
-    return SentenceScore("ok", gold.length, sum(gold.spans.values()), sum(test.spans.values()), matched,
-                         len(gold.words), tags)
+    return SentenceScore(
+        "ok", gold.length, sum(gold.spans.values()), sum(test.spans.values()), matched, len(gold.words), tags
+    )
 
 
 @dataclass(frozen=True)
@@ -153,9 +154,16 @@ def summarize(scores: list[SentenceScore]) -> Summary:
     precision = 100.0 * matched / test if test else 0.0
     f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
     complete = sum(s.gold == s.test == s.matched for s in ok)
-    return Summary(len(scores), sum(s.status == "error" for s in scores), sum(s.status == "skip" for s in scores),
-                   recall, precision, f1, 100.0 * complete / len(ok) if ok else 0.0,
-                   100.0 * tags / words if words else 0.0)
+    return Summary(
+        len(scores),
+        sum(s.status == "error" for s in scores),
+        sum(s.status == "skip" for s in scores),
+        recall,
+        precision,
+        f1,
+        100.0 * complete / len(ok) if ok else 0.0,
+        100.0 * tags / words if words else 0.0,
+    )
 
 
 @dataclass(frozen=True)
@@ -170,9 +178,16 @@ class EvalbResult:
 
 
 def _summary_dict(s: Summary) -> dict:
-    return {"precision": round(s.precision, 4), "recall": round(s.recall, 4), "f1": round(s.f1, 4),
-            "complete_match": round(s.complete_match, 4), "tagging_accuracy": round(s.tagging_accuracy, 4),
-            "sentences": s.sentences, "errors": s.errors, "skipped": s.skipped}
+    return {
+        "precision": round(s.precision, 4),
+        "recall": round(s.recall, 4),
+        "f1": round(s.f1, 4),
+        "complete_match": round(s.complete_match, 4),
+        "tagging_accuracy": round(s.tagging_accuracy, 4),
+        "sentences": s.sentences,
+        "errors": s.errors,
+        "skipped": s.skipped,
+    }
 
 
 def evalb(gold: Iterable[str], test: Iterable[str], cutoff: int = CUTOFF_LEN) -> EvalbResult:

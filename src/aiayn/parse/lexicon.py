@@ -64,15 +64,19 @@ class TagLexicon:
         return next((self.classes[c] for c in signature_backoffs(word) if c in self.classes), None)
 
     def to_json(self) -> dict:
-        return {"words": {w: list(t) for w, t in self.words.items()},
-                "classes": {c: list(t) for c, t in self.classes.items()}}
+        return {
+            "words": {w: list(t) for w, t in self.words.items()},
+            "classes": {c: list(t) for c, t in self.classes.items()},
+        }
 
     @classmethod
     def from_json(cls, data: dict) -> TagLexicon:
         def table(name: str) -> dict[str, tuple[str, ...]]:
             entries = data.get(name, {})
-            if not (isinstance(entries, dict) and all(isinstance(t, list) and all(isinstance(s, str) for s in t)
-                                                      for t in entries.values())):
+            if not (
+                isinstance(entries, dict)
+                and all(isinstance(t, list) and all(isinstance(s, str) for s in t) for t in entries.values())
+            ):
                 raise TypeError(f"lexicon {name}: expected a mapping of strings to lists of tags")
             return {k: tuple(v) for k, v in entries.items()}
 

@@ -18,8 +18,20 @@ from dataclasses import dataclass, fields
 from .trees import TOP, Tree
 
 # The tag for a word the decoder wrote no tag for: punctuation keeps the tag EVALB deletes it by.
-PUNCTUATION_TAGS = {",": ",", ".": ".", "?": ".", "!": ".", ":": ":", ";": ":", "--": ":", "...": ":",
-                    "``": "``", "''": "''", "`": "``", "'": "''"}
+PUNCTUATION_TAGS = {
+    ",": ",",
+    ".": ".",
+    "?": ".",
+    "!": ".",
+    ":": ":",
+    ";": ":",
+    "--": ":",
+    "...": ":",
+    "``": "``",
+    "''": "''",
+    "`": "``",
+    "'": "''",
+}
 DEFAULT_TAG = "NN"
 # Words whose tag the treebank fixes (PTB's guidelines; of the sample's 3,914 trees, one word in about
 # 95,000 disagrees: "Wa" tagged ","): a leaf over one of them takes that tag whatever the decoder
@@ -92,11 +104,11 @@ class Repairs:
 def repair(tokens: list[str], words: list[str], retag: bool = True) -> tuple[Tree, Repairs]:
     """A tree over exactly these words from any token sequence, and the repairs it took.
 
-    Brackets are matched with a stack: a closing bracket closes the innermost open one whatever its
-    label; one with nothing open is dropped; those still open at the end are closed. The n-th tag
-    takes the n-th word; surplus tags are dropped; words without a tag are attached to the root with
-    a tag from the word (punctuation) or NN. Constituents left without words are removed. With retag,
-punctuation takes its fixed tag and no word with a letter or digit keeps a punctuation tag (`_tag`).
+        Brackets are matched with a stack: a closing bracket closes the innermost open one whatever its
+        label; one with nothing open is dropped; those still open at the end are closed. The n-th tag
+        takes the n-th word; surplus tags are dropped; words without a tag are attached to the root with
+        a tag from the word (punctuation) or NN. Constituents left without words are removed. With retag,
+    punctuation takes its fixed tag and no word with a letter or digit keeps a punctuation tag (`_tag`).
     """
     fixes = Repairs()
     stack: list[tuple[str, list[Tree]]] = [(TOP, [])]

@@ -50,20 +50,30 @@ class Parser:
         self.sentences = self.repaired = 0
 
     @classmethod
-    def load(cls, path: str | Path, device: str | torch.device = "cpu", constrained: bool = True,
-             **options: Any) -> Parser:
+    def load(
+        cls, path: str | Path, device: str | torch.device = "cpu", constrained: bool = True, **options: Any
+    ) -> Parser:
         """A model directory; options (beam_size, alpha, batch_size, ...) override the search's defaults
         (CONSTRAINED_SEARCH, or the paper's PAPER_SEARCH with constrained=False)."""
         options = {**search_defaults(constrained), **{k: v for k, v in options.items() if v is not None}}
         translator = Translator.load(path, device, **options)
         if not isinstance(translator.tokenizer, ParseTokenizer):
-            raise ValueError(f"{path}: a translation model, not a parsing model: it has no parse-target.json "
-                             "(train one with recipes/ptb-parse.yaml)")
+            raise ValueError(
+                f"{path}: a translation model, not a parsing model: it has no parse-target.json "
+                "(train one with recipes/ptb-parse.yaml)"
+            )
         return cls(translator, constrained)
 
     @classmethod
-    def from_model(cls, model: Transformer, tokenizer: ParseTokenizer, device: str | torch.device = "cpu",
-                   batch_size: int = 32, constrained: bool = True, **search: Any) -> Parser:
+    def from_model(
+        cls,
+        model: Transformer,
+        tokenizer: ParseTokenizer,
+        device: str | torch.device = "cpu",
+        batch_size: int = 32,
+        constrained: bool = True,
+        **search: Any,
+    ) -> Parser:
         """A parser over a model in memory (training's test set); the translator puts it in eval mode."""
         config = DecodeConfig(**{**search_defaults(constrained), **search})
         return cls(Translator(model, tokenizer, config, device, batch_size), constrained)
@@ -97,9 +107,14 @@ class Parser:
             S = max(len(ids[i]) for i in batch)
             src = torch.tensor([ids[i] + [t.model.config.pad_id] * (S - len(ids[i])) for i in batch], device=t.device)
             words = [sentences[i].split() for i in batch]
-            step = TreeConstrainedStep(as_step_model(t.model), t.tokenizer.symbols, torch.tensor([len(w) for w in words]),
-                                       word_rules(words, t.tokenizer.symbols, t.tokenizer.lexicon), t.config,
-                                       t.tokenizer.shape)
+            step = TreeConstrainedStep(
+                as_step_model(t.model),
+                t.tokenizer.symbols,
+                torch.tensor([len(w) for w in words]),
+                word_rules(words, t.tokenizer.symbols, t.tokenizer.lexicon),
+                t.config,
+                t.tokenizer.shape,
+            )
             search = beam_search if t.config.beam_size > 1 else greedy_hypotheses
             for i, hyps in zip(batch, search(step, src, t.config)):
                 out[i] = t.tokenizer.decode(hyps[0].tokens) if hyps else ""

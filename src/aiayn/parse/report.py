@@ -8,9 +8,11 @@ from .evalb import CUTOFF_LEN, EvalbResult, Summary, evalb
 
 
 def format_summary(name: str, s: Summary) -> str:
-    return (f"{name}: F1 {s.f1:.2f}  precision {s.precision:.2f}  recall {s.recall:.2f}  "
-            f"complete match {s.complete_match:.2f}  tagging {s.tagging_accuracy:.2f}  "
-            f"({s.valid} valid, {s.errors} rejected, {s.skipped} skipped of {s.sentences})")
+    return (
+        f"{name}: F1 {s.f1:.2f}  precision {s.precision:.2f}  recall {s.recall:.2f}  "
+        f"complete match {s.complete_match:.2f}  tagging {s.tagging_accuracy:.2f}  "
+        f"({s.valid} valid, {s.errors} rejected, {s.skipped} skipped of {s.sentences})"
+    )
 
 
 def format_result(result: EvalbResult) -> str:

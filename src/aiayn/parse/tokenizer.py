@@ -79,22 +79,32 @@ class ParseTokenizer:
 
     pad_id, bos_id, eos_id, unk_id = PAD_ID, BOS_ID, EOS_ID, UNK_ID
 
-    def __init__(self, source: Vocab | WordVocab, symbols: list[str], shape: TreeShape = TreeShape(),
-                 lexicon: TagLexicon = TagLexicon()):
+    def __init__(
+        self,
+        source: Vocab | WordVocab,
+        symbols: list[str],
+        shape: TreeShape = TreeShape(),
+        lexicon: TagLexicon = TagLexicon(),
+    ):
         if tuple(symbols[: len(SPECIALS)]) != SPECIALS:
             raise ValueError(f"the target vocabulary must start with {', '.join(SPECIALS)}")
         self.source, self.symbols, self.shape, self.lexicon = source, list(symbols), shape, lexicon
         self.ids = {s: i for i, s in enumerate(self.symbols)}
 
     @classmethod
-    def train(cls, sentences: list[str], sequences: Iterable[str], vocab_size: int,
-              units: str = "subwords") -> ParseTokenizer:
+    def train(
+        cls, sentences: list[str], sequences: Iterable[str], vocab_size: int, units: str = "subwords"
+    ) -> ParseTokenizer:
         """A source vocabulary of vocab_size BPE pieces (or words) on the sentences; every target symbol seen, by frequency."""
         sequences = [seq.split() for seq in sequences]
         counts = Counter(s for seq in sequences for s in seq)
         source = WordVocab.train(sentences, vocab_size) if units == "words" else Vocab.train(sentences, vocab_size)
-        return cls(source, [*SPECIALS, *sorted(counts, key=lambda s: (-counts[s], s))], TreeShape.of(sequences),
-                   TagLexicon.of(sentences, sequences))
+        return cls(
+            source,
+            [*SPECIALS, *sorted(counts, key=lambda s: (-counts[s], s))],
+            TreeShape.of(sequences),
+            TagLexicon.of(sentences, sequences),
+        )
 
     @property
     def source_proto(self) -> bytes:  # what training's cache key hashes (aiayn.train.loop.tokenizer_digest)
@@ -158,8 +168,9 @@ class ParseTokenizer:
         except (ValueError, KeyError, TypeError, AttributeError) as err:
             raise ValueError(f"{directory / TARGET_FILE}: not a target vocabulary ({err})") from None
         words = directory / WORDS_FILE
-        return cls(WordVocab.load(words) if words.is_file() else Vocab.load(directory / SOURCE_FILE), symbols, shape,
-                   lexicon)
+        return cls(
+            WordVocab.load(words) if words.is_file() else Vocab.load(directory / SOURCE_FILE), symbols, shape, lexicon
+        )
 
     @staticmethod
     def is_saved_in(directory: str | Path) -> bool:

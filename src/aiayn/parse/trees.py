@@ -149,7 +149,9 @@ def collapse_unary_repeats(tree: Tree) -> Tree:
     if tree.is_preterminal:
         return tree
     children = tuple(collapse_unary_repeats(child) for child in tree.children)
-    while tree.label != TOP and len(children) == 1 and not children[0].is_preterminal and children[0].label == tree.label:
+    while (
+        tree.label != TOP and len(children) == 1 and not children[0].is_preterminal and children[0].label == tree.label
+    ):
         children = children[0].children
     return Tree(tree.label, children)
 
@@ -215,7 +217,9 @@ def treebank_files(archive: str | Path) -> dict[str, str]:
 def check_treebank_split(archive: str | Path, files: str, field: str) -> None:
     """Before training (format ptb): the archive holds .mrg files in the range (field names the recipe's setting)."""
     if not str(archive):
-        raise ValueError("data.archive is not set: give the treebank's zip or folder in the recipe or as --data.archive=PATH")
+        raise ValueError(
+            "data.archive is not set: give the treebank's zip or folder in the recipe or as --data.archive=PATH"
+        )
     if not files:
         raise ValueError(f"{field} is not set: give a range of .mrg files in the recipe or as --{field}=wsj_0001-0159")
     try:

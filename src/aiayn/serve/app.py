@@ -50,8 +50,15 @@ SECURITY_HEADERS = [
 ]
 
 
-def build_app(translator: Translator, model_dir: str | Path, limits: Limits = Limits(), batching: bool = True,
-              src_lang: str | None = None, tgt_lang: str | None = None, local_only: bool = False) -> Counted:
+def build_app(
+    translator: Translator,
+    model_dir: str | Path,
+    limits: Limits = Limits(),
+    batching: bool = True,
+    src_lang: str | None = None,
+    tgt_lang: str | None = None,
+    local_only: bool = False,
+) -> Counted:
     """The app serving translator; model_dir is where it was loaded from (its run's results sit beside it).
 
     local_only (`aiayn serve` on a loopback address): requests must name this machine in their Host header, so
@@ -61,11 +68,14 @@ def build_app(translator: Translator, model_dir: str | Path, limits: Limits = Li
     api = Api(translator, Path(model_dir), limits, batching, src_lang, tgt_lang)
     app = Starlette(
         routes=[
-            Route("/", api.index), Route("/favicon.ico", api.favicon),
-            Route("/api/health", api.health), Route("/api/model", api.model_info),
+            Route("/", api.index),
+            Route("/favicon.ico", api.favicon),
+            Route("/api/health", api.health),
+            Route("/api/model", api.model_info),
             Route("/api/translate", api.translate, methods=["POST"]),
             Route("/api/explain", api.explain, methods=["POST"]),
-            Route("/api/figures/softmax", api.softmax_figure), Route("/api/figures/positions", api.positions_figure),
+            Route("/api/figures/softmax", api.softmax_figure),
+            Route("/api/figures/positions", api.positions_figure),
             Route("/api/figures/cost", api.cost_figure),
             Mount("/static", StaticFiles(directory=STATIC)),
         ],
@@ -79,11 +89,19 @@ def build_app(translator: Translator, model_dir: str | Path, limits: Limits = Li
 class Api:
     """The handlers: each checks its request, then asks the model worker or the figures."""
 
-    def __init__(self, translator: Translator, model_dir: Path, limits: Limits, batching: bool,
-                 src_lang: str | None, tgt_lang: str | None):
+    def __init__(
+        self,
+        translator: Translator,
+        model_dir: Path,
+        limits: Limits,
+        batching: bool,
+        src_lang: str | None,
+        tgt_lang: str | None,
+    ):
         self.translator, self.model_dir, self.limits, self.batching = translator, model_dir, limits, batching
-        self.worker = ModelWorker(translator, batching, limits.batch_window_ms / 1000, limits.max_queue,
-                                  limits.max_batch_lines)
+        self.worker = ModelWorker(
+            translator, batching, limits.batch_window_ms / 1000, limits.max_queue, limits.max_batch_lines
+        )
         self.inspector = Inspector(translator)
         self.config = config = translator.model.config
         self.src_lang = src_lang or config.src_lang  # the options win over the directory
@@ -99,27 +117,45 @@ class Api:
         await self.worker.stop()
 
     async def health(self, request: Request) -> Response:
-        return JSONResponse({"status": "ok", "model_loaded": True, "batching": self.batching,
-                             "queued": self.worker.waiting, **self.worker.counters})
+        return JSONResponse(
+            {
+                "status": "ok",
+                "model_loaded": True,
+                "batching": self.batching,
+                "queued": self.worker.waiting,
+                **self.worker.counters,
+            }
+        )
 
     async def model_info(self, request: Request) -> Response:
         config = self.config
-        return JSONResponse({
-            "name": self.model_dir.name, "config": config.to_dict(), "decode": asdict(self.translator.config),
-            "parameters": self.parameters["total"], "parameter_counts": self.parameters,
-            "source_lang": self.src_lang, "target_lang": self.tgt_lang,
-            "vocab_size": config.vocab_size, "target_vocab_size": config.target_vocab_size,
-            "encoder": config.encoder._asdict(), "decoder": config.decoder._asdict(),
-            "limits": asdict(self.limits), "gemm": self.translator.gemm,
-        })
+        return JSONResponse(
+            {
+                "name": self.model_dir.name,
+                "config": config.to_dict(),
+                "decode": asdict(self.translator.config),
+                "parameters": self.parameters["total"],
+                "parameter_counts": self.parameters,
+                "source_lang": self.src_lang,
+                "target_lang": self.tgt_lang,
+                "vocab_size": config.vocab_size,
+                "target_vocab_size": config.target_vocab_size,
+                "encoder": config.encoder._asdict(),
+                "decoder": config.decoder._asdict(),
+                "limits": asdict(self.limits),
+                "gemm": self.translator.gemm,
+            }
+        )
 
     async def translate(self, request: Request) -> Response:
         body = await read_json(request, self.limits.max_body_bytes)
         req = translate_request(body, self.limits, self.translator.config.beam_size)
         encode_or_fail(self.translator, req.lines, "lines")
         results = await self.worker.translate(req.lines, req.beam_size, req.alpha, req.n_best)
-        reply: dict[str, Any] = {"translations": [h[0].text if h else "" for h in results],
-                                 "scores": [h[0].score if h else 0.0 for h in results]}
+        reply: dict[str, Any] = {
+            "translations": [h[0].text if h else "" for h in results],
+            "scores": [h[0].score if h else 0.0 for h in results],
+        }
         if req.n_best > 1:
             reply["n_best"] = [[{"text": t.text, "score": t.score} for t in h] for h in results]
         return JSONResponse(reply)
@@ -186,8 +222,11 @@ async def api_error(request: Request, err: ApiError) -> Response:
 
 
 async def http_error(request: Request, err: HTTPException) -> Response:
-    return JSONResponse({"error": f"{request.method} {request.url.path}: {err.detail}", "field": None},
-                        status_code=err.status_code, headers=getattr(err, "headers", None))
+    return JSONResponse(
+        {"error": f"{request.method} {request.url.path}: {err.detail}", "field": None},
+        status_code=err.status_code,
+        headers=getattr(err, "headers", None),
+    )
 
 
 async def internal_error(request: Request, err: Exception) -> Response:
@@ -236,11 +275,19 @@ class Counted:
             host = headers.get("host", "")
             name = host.rsplit(":", 1)[0] if not host.endswith("]") else host
             if not is_local_name(name):
-                return 421, "host", f"Host {host!r}: this server answers only requests to this machine (127.0.0.1, localhost)"
+                return (
+                    421,
+                    "host",
+                    f"Host {host!r}: this server answers only requests to this machine (127.0.0.1, localhost)",
+                )
         if scope["method"] == "POST" and scope["path"].startswith("/api/"):
             media = headers.get("content-type", "").split(";")[0].strip().lower()
             if media != "application/json":
-                return 415, "content-type", f"the body must be sent as Content-Type: application/json, not {media or 'none'!r}"
+                return (
+                    415,
+                    "content-type",
+                    f"the body must be sent as Content-Type: application/json, not {media or 'none'!r}",
+                )
         return None
 
     @staticmethod

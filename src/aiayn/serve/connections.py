@@ -22,8 +22,10 @@ from .limits import Limits
 
 SPARE_FILES = 64  # descriptors kept for the model's files, logs and the listening socket
 _BUSY_BODY = b'{"error": "the server has too many open connections; try again shortly", "field": null}'
-BUSY = (b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\nretry-after: 1\r\n"
-        b"connection: close\r\ncontent-length: %d\r\n\r\n%s" % (len(_BUSY_BODY), _BUSY_BODY))
+BUSY = (
+    b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\nretry-after: 1\r\n"
+    b"connection: close\r\ncontent-length: %d\r\n\r\n%s" % (len(_BUSY_BODY), _BUSY_BODY)
+)
 
 
 def raise_file_limit() -> int:
@@ -90,8 +92,11 @@ def guarded_protocol(limits: Limits) -> type[H11Protocol]:
 
         def _headers_late(self) -> None:
             self._deadline = None
-            if self.transport is not None and not self.transport.is_closing() and (
-                    self.cycle is None or self.cycle.response_complete):
+            if (
+                self.transport is not None
+                and not self.transport.is_closing()
+                and (self.cycle is None or self.cycle.response_complete)
+            ):
                 self.transport.close()
 
     return Guarded

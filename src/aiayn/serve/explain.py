@@ -39,7 +39,9 @@ class Inspector:
 
     def explain(self, request: ExplainRequest, src_ids: list[int]) -> dict[str, Any]:
         translator = self.translator
-        config = translator.decode_config(beam_size=request.beam_size, alpha=request.alpha, n_best=1).replace(sample=False)
+        config = translator.decode_config(beam_size=request.beam_size, alpha=request.alpha, n_best=1).replace(
+            sample=False
+        )
         src = torch.tensor([src_ids], device=translator.device)  # (1, S)
         prefix = self.prefix(request)
         try:
@@ -52,17 +54,24 @@ class Inspector:
         nodes = tree.to_dict()["nodes"]
         for node in nodes:
             node["piece"] = self.target_pieces([node["token"]])[0]
-            node["alternatives"] = [{"token": t, "piece": self.target_pieces([t])[0], "prob": p}
-                                    for t, p in node["alternatives"]]
+            node["alternatives"] = [
+                {"token": t, "piece": self.target_pieces([t])[0], "prob": p} for t, p in node["alternatives"]
+            ]
         return {
-            "source_tokens": self.source_pieces(src_ids), "source_ids": src_ids,
-            "target_tokens": self.target_pieces(tree.best), "target_ids": tree.best,
+            "source_tokens": self.source_pieces(src_ids),
+            "source_ids": src_ids,
+            "target_tokens": self.target_pieces(tree.best),
+            "target_ids": tree.best,
             "target_in_tokens": self.target_pieces([bos] + tree.best[:-1]),
             "translation": translator.tokenizer.decode(tree.best),
-            "forced": len(prefix), "beam_size": config.beam_size, "alpha": config.alpha,
+            "forced": len(prefix),
+            "beam_size": config.beam_size,
+            "alpha": config.alpha,
             "score": tree.best_score,
-            "attention": {name: [rounded(layer[0]) for layer in getattr(attention, name)]
-                          for name in ("encoder", "decoder", "cross")},
+            "attention": {
+                name: [rounded(layer[0]) for layer in getattr(attention, name)]
+                for name in ("encoder", "decoder", "cross")
+            },
             "tree": {"nodes": nodes, "steps": tree.steps},
         }
 

@@ -22,16 +22,27 @@ def softmax_figure(d_k: int, raw_scale: float, scaled: bool) -> dict[str, Any]:
     """Scores raw_scale x match x sqrt(d_k), their attention weights with or without 1/sqrt(d_k), the Jacobian norm."""
     scores = softmax.scaling_scores(raw_scale, d_k, MATCHES)
     weights = softmax.attention_weights(scores, d_k, scaled)
-    return {"d_k": d_k, "raw_scale": raw_scale, "scaled": scaled, "matches": list(MATCHES),
-            "scores": scores.tolist(), "weights": weights.tolist(),
-            "jacobian_norm": softmax.jacobian_norm(weights)}
+    return {
+        "d_k": d_k,
+        "raw_scale": raw_scale,
+        "scaled": scaled,
+        "matches": list(MATCHES),
+        "scores": scores.tolist(),
+        "weights": weights.tolist(),
+        "jacobian_norm": softmax.jacobian_norm(weights),
+    }
 
 
 def positions_figure(config: ModelConfig, length: int) -> dict[str, Any]:
     """PE for positions 0 .. length-1 at the model's d_model, in the model's layout: (length, d_model)."""
     table = positions.encoding(length, config.d_model, config.sinusoid_layout)
-    return {"d_model": config.d_model, "layout": config.sinusoid_layout, "positions": config.positions,
-            "length": length, "values": table.round(6).tolist()}
+    return {
+        "d_model": config.d_model,
+        "layout": config.sinusoid_layout,
+        "positions": config.positions,
+        "length": length,
+        "values": table.round(6).tolist(),
+    }
 
 
 def cost_figure(model_dir: Path) -> dict[str, Any]:
@@ -56,8 +67,15 @@ def cost_figure(model_dir: Path) -> dict[str, Any]:
         except (OSError, ValueError, TypeError, RecursionError) as err:  # RecursionError: JSON nested too deep
             skipped.append({"run": path.parent.name, "why": f"{type(err).__name__}: {err}"})
             continue
-        runs.append({"run": path.parent.name, "bleu": bleu, "flops": flops, "test": test,
-                     "this_model": path.parent == model_dir.resolve().parent})
+        runs.append(
+            {
+                "run": path.parent.name,
+                "bleu": bleu,
+                "flops": flops,
+                "test": test,
+                "this_model": path.parent == model_dir.resolve().parent,
+            }
+        )
     return {"table2": rows, "runs": runs, "skipped": skipped}
 
 

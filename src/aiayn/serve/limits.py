@@ -39,9 +39,16 @@ class Limits:
 
 # Each limit's (low, high); None: unbounded. A batching window past 10 s would only stall every request.
 RANGES: dict[str, tuple[float, float | None]] = {
-    "max_body_bytes": (1, None), "max_lines": (1, None), "max_chars": (1, None), "max_beam": (1, None),
-    "max_alpha": (0, 100), "max_queue": (1, None), "batch_window_ms": (0, 10_000), "max_batch_lines": (1, None),
-    "max_connections": (1, None), "header_timeout_s": (0.001, 3600),
+    "max_body_bytes": (1, None),
+    "max_lines": (1, None),
+    "max_chars": (1, None),
+    "max_beam": (1, None),
+    "max_alpha": (0, 100),
+    "max_queue": (1, None),
+    "batch_window_ms": (0, 10_000),
+    "max_batch_lines": (1, None),
+    "max_connections": (1, None),
+    "header_timeout_s": (0.001, 3600),
 }
 
 
@@ -107,9 +114,16 @@ def explain_request(body: Any, limits: Limits, vocab_size: int) -> ExplainReques
             raise ApiError(422, "target_ids", f"target_ids must be a list of token ids, not {kind(ids)}")
         for i, token in enumerate(ids):
             if not isinstance(token, int) or isinstance(token, bool) or not 0 <= token < vocab_size:
-                raise ApiError(422, f"target_ids[{i}]", f"target_ids[{i}] = {token!r} is not a token id (0 to {vocab_size - 1})")
-    return ExplainRequest(source, target, ids, integer(body, "beam_size", 1, limits.max_beam),
-                          number(body, "alpha", 0.0, limits.max_alpha))
+                raise ApiError(
+                    422, f"target_ids[{i}]", f"target_ids[{i}] = {token!r} is not a token id (0 to {vocab_size - 1})"
+                )
+    return ExplainRequest(
+        source,
+        target,
+        ids,
+        integer(body, "beam_size", 1, limits.max_beam),
+        number(body, "alpha", 0.0, limits.max_alpha),
+    )
 
 
 def fields_of(body: Any, required: tuple[str, ...], optional: tuple[str, ...]) -> None:
@@ -128,7 +142,9 @@ def text(value: Any, name: str, limits: Limits) -> str:
     if not isinstance(value, str):
         raise ApiError(422, name, f"{name} must be a string, not {kind(value)}")
     if len(value) > limits.max_chars:
-        raise ApiError(422, name, f"{name} has {len(value)} characters, more than this server's limit of {limits.max_chars}")
+        raise ApiError(
+            422, name, f"{name} has {len(value)} characters, more than this server's limit of {limits.max_chars}"
+        )
     try:
         value.encode("utf-8")
     except UnicodeEncodeError as err:  # JSON's "\ud800": a lone surrogate, no character
@@ -162,6 +178,13 @@ def number(body: dict, name: str, low: float, high: float) -> float | None:
 
 def kind(value: Any) -> str:
     """The JSON name of a value's type, for messages."""
-    names = {dict: "an object", list: "a list", str: "a string", bool: "a boolean", int: "a number",
-             float: "a number", type(None): "null"}
+    names = {
+        dict: "an object",
+        list: "a list",
+        str: "a string",
+        bool: "a boolean",
+        int: "a number",
+        float: "a number",
+        type(None): "null",
+    }
     return names.get(type(value), type(value).__name__)

@@ -37,13 +37,25 @@ class Job:
 
 
 class ModelWorker:
-    def __init__(self, translator: Any, batching: bool = True, window_s: float = 0.005, max_queue: int = 256,
-                 max_batch_lines: int = 256):
+    def __init__(
+        self,
+        translator: Any,
+        batching: bool = True,
+        window_s: float = 0.005,
+        max_queue: int = 256,
+        max_batch_lines: int = 256,
+    ):
         self.translator = translator
         self.batching, self.window_s = batching, window_s
         self.max_queue, self.max_batch_lines = max_queue, max_batch_lines
-        self.counters = {"requests": 0, "model_batches": 0, "sentences": 0, "refused_overloaded": 0,
-                         "refused_bad_input": 0, "failed": 0}
+        self.counters = {
+            "requests": 0,
+            "model_batches": 0,
+            "sentences": 0,
+            "refused_overloaded": 0,
+            "refused_bad_input": 0,
+            "failed": 0,
+        }
         self.queue: asyncio.Queue[Job] | None = None  # arrivals, unbounded: `waiting` is checked against max_queue
         self.held: deque[Job] = deque()  # taken out of turn by a batching window: served before the queue
         self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="aiayn-model")
@@ -75,8 +87,12 @@ class ModelWorker:
         job.future = asyncio.get_running_loop().create_future()
         if self.waiting >= self.max_queue:
             self.counters["refused_overloaded"] += 1
-            raise ApiError(503, None, f"the server is busy: {self.max_queue} requests are waiting; try again shortly",
-                           {"Retry-After": "1"})
+            raise ApiError(
+                503,
+                None,
+                f"the server is busy: {self.max_queue} requests are waiting; try again shortly",
+                {"Retry-After": "1"},
+            )
         self.queue.put_nowait(job)
         return await job.future
 

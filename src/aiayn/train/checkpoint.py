@@ -78,8 +78,9 @@ class Checkpoints:
         state.rng = all_rng_states()
         state.scaler = self.scaler.state_dict() if self.scaler is not None else {}  # {} unless fp16
         if distributed.is_main():
-            save_checkpoint(self.directory, self.model, self.vocab_proto, self.optimizer.state_dict(), state, self.keep,
-                            self.decode)
+            save_checkpoint(
+                self.directory, self.model, self.vocab_proto, self.optimizer.state_dict(), state, self.keep, self.decode
+            )
         distributed.barrier()
 
     def resume(self, checkpoint: Path, device: torch.device, seed: int) -> TrainState:
@@ -90,8 +91,9 @@ class Checkpoints:
         try:
             load_weights(self.model, str(checkpoint / WEIGHTS), device=str(device))
         except SafetensorError as err:  # a truncated or damaged file: checked before any weight is set
-            raise ValueError(f"{checkpoint / WEIGHTS}: unreadable ({err}); delete this checkpoint to resume from the "
-                             "one before") from None
+            raise ValueError(
+                f"{checkpoint / WEIGHTS}: unreadable ({err}); delete this checkpoint to resume from the one before"
+            ) from None
         self.optimizer.load_state_dict(optimizer_state)
         self.stream.load_state_dict(state.data)
         rank = distributed.rank()
@@ -109,8 +111,11 @@ def checkpoint_steps(directory: Path) -> list[tuple[int, Path]]:
         return []
     found = []
     for path in directory.iterdir():
-        if path.name.startswith("step-") and path.name[5:].isdigit() and (
-                (path / STATE).is_file() or (path / OLD_STATE).is_file()):
+        if (
+            path.name.startswith("step-")
+            and path.name[5:].isdigit()
+            and ((path / STATE).is_file() or (path / OLD_STATE).is_file())
+        ):
             found.append((int(path.name[5:]), path))
     return sorted(found)
 
@@ -155,8 +160,15 @@ def latest_checkpoint(directory: Path) -> Path | None:
     return steps[-1][1] if steps else None
 
 
-def save_checkpoint(directory: Path, model: Transformer, vocab_proto: bytes | None, optimizer_state: dict,
-                    state: TrainState, keep: int, decode: dict[str, Any] | None = None) -> Path:
+def save_checkpoint(
+    directory: Path,
+    model: Transformer,
+    vocab_proto: bytes | None,
+    optimizer_state: dict,
+    state: TrainState,
+    keep: int,
+    decode: dict[str, Any] | None = None,
+) -> Path:
     """Write checkpoints/step-N atomically (temporary directory, then rename); keep the last `keep`.
 
     decode: the search settings written into config.json, which `Translator.load` takes as the
@@ -176,8 +188,10 @@ def save_checkpoint(directory: Path, model: Transformer, vocab_proto: bytes | No
         faults.point("checkpoint.before-rename")
     except OSError as err:
         shutil.rmtree(tmp, ignore_errors=True)
-        raise OSError(err.errno, f"{final}: the checkpoint could not be written ({err.strerror or err}); "
-                                 f"the earlier checkpoints are kept") from None
+        raise OSError(
+            err.errno,
+            f"{final}: the checkpoint could not be written ({err.strerror or err}); the earlier checkpoints are kept",
+        ) from None
     if final.exists():  # the same step saved again: put the old one aside until the new one is in place
         old = directory / f".old-step-{state.step}"
         shutil.rmtree(old, ignore_errors=True)
@@ -222,13 +236,16 @@ def load_checkpoint(checkpoint: Path) -> tuple[TrainState, dict]:
         plain = json.loads((checkpoint / STATE).read_text())
         tensors = load_file(str(checkpoint / TENSORS))
     except (OSError, ValueError, RuntimeError, SafetensorError) as err:  # safetensors raises its own error type
-        raise ValueError(f"{checkpoint}: unreadable training state ({err}); delete this checkpoint to resume "
-                         f"from the one before") from None
+        raise ValueError(
+            f"{checkpoint}: unreadable training state ({err}); delete this checkpoint to resume from the one before"
+        ) from None
     if not isinstance(plain, dict) or plain.get("format") != FORMAT:
         raise ValueError(f"{checkpoint / STATE}: not an aiayn training state")
     train = plain["train"]
-    rng = [rng_from_plain(p, {k.split(".", 2)[2]: t for k, t in tensors.items() if k.startswith(f"rng.{r}.")})
-           for r, p in enumerate(train.pop("rng"))]
+    rng = [
+        rng_from_plain(p, {k.split(".", 2)[2]: t for k, t in tensors.items() if k.startswith(f"rng.{r}.")})
+        for r, p in enumerate(train.pop("rng"))
+    ]
     per_param: dict[int, dict[str, Any]] = {int(i): dict(v) for i, v in plain["optimizer"]["state"].items()}
     for name, tensor in tensors.items():
         if name.startswith("optimizer."):
@@ -247,8 +264,15 @@ def _load_old(checkpoint: Path) -> tuple[TrainState, dict]:
         raise ValueError(f"{err}; delete the checkpoint to resume from an earlier one") from None
     from .rng import rng_from_old
 
-    state = TrainState(step=old["step"], elapsed=old["elapsed"], flops=old["flops"], tokens=old["tokens"],
-                       data=dict(old["data"]), rng=[rng_from_old(old["rng"])], scaler=old.get("scaler") or {})
+    state = TrainState(
+        step=old["step"],
+        elapsed=old["elapsed"],
+        flops=old["flops"],
+        tokens=old["tokens"],
+        data=dict(old["data"]),
+        rng=[rng_from_old(old["rng"])],
+        scaler=old.get("scaler") or {},
+    )
     return state, old["optimizer"]
 
 
@@ -281,8 +305,10 @@ def average_weights(directories: list[Path]) -> dict[str, torch.Tensor]:
             raise ValueError(f"{directory}: its weights do not match those of {directories[0]}")
         for name, tensor in weights.items():
             if name in total and tensor.shape != total[name].shape:
-                raise ValueError(f"{directory}: {name} is {tuple(tensor.shape)}, in {directories[0]} "
-                                 f"{tuple(total[name].shape)}: models of different sizes cannot be averaged")
+                raise ValueError(
+                    f"{directory}: {name} is {tuple(tensor.shape)}, in {directories[0]} "
+                    f"{tuple(total[name].shape)}: models of different sizes cannot be averaged"
+                )
             total[name] = total.get(name, 0) + tensor.double()
             dtypes.setdefault(name, tensor.dtype)
     return {name: (t / len(directories)).to(dtypes[name]) for name, t in total.items()}

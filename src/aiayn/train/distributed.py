@@ -64,8 +64,9 @@ def wrap(model: nn.Module, device: torch.device) -> nn.Module:
     """
     if not (dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1):
         return model
-    return DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None,
-                                   gradient_as_bucket_view=True)
+    return DistributedDataParallel(
+        model, device_ids=[device.index] if device.type == "cuda" else None, gradient_as_bucket_view=True
+    )
 
 
 def no_sync(model: nn.Module, accumulate_only: bool) -> contextlib.AbstractContextManager:

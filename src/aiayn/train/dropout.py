@@ -45,7 +45,7 @@ class _Dropout(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad: Tensor) -> tuple[Tensor, None]:
-        keep, = ctx.saved_tensors
+        (keep,) = ctx.saved_tensors
         return grad * keep * ctx.scale, None
 
 

@@ -75,8 +75,11 @@ class _OneDnnProducts(TorchFunctionMode):
         if func is F.linear:
             x, weight = args[0], args[1] if len(args) > 1 else kwargs["weight"]
             bias = args[2] if len(args) > 2 else kwargs.get("bias")
-            if (x.device.type == "cpu" and x.dtype == weight.dtype == torch.float32
-                    and not torch.is_autocast_enabled("cpu")):
+            if (
+                x.device.type == "cpu"
+                and x.dtype == weight.dtype == torch.float32
+                and not torch.is_autocast_enabled("cpu")
+            ):
                 return _OneDnnLinear.apply(x, weight, bias)
         return func(*args, **kwargs)
 
@@ -113,8 +116,14 @@ def measure(config: ModelConfig, rows: int = 1024, repeats: int = 2) -> dict[str
     return seconds
 
 
-def choose(option: str, config: ModelConfig, device: torch.device, dtype: torch.dtype | None,
-           kept: str = "", compiled: bool = False) -> str:
+def choose(
+    option: str,
+    config: ModelConfig,
+    device: torch.device,
+    dtype: torch.dtype | None,
+    kept: str = "",
+    compiled: bool = False,
+) -> str:
     """The backend of a run: forced (train.gemm, AIAYN_GEMM), else the one its checkpoints kept, else measured.
 
     Off a CPU, under autocast or torch.compile, "mkl" (nothing to choose: F.linear is left alone). Every rank of a

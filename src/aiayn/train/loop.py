@@ -1,12 +1,12 @@
 """The training loop of §5: `train(recipe, out_dir)`, importable and readable top to bottom.
 
-    OUT/run.json              what marks a run folder: the recipe it runs (aiayn.train.run_folder)
-    OUT/recipe.yaml           the resolved recipe (recipe.resolved.yaml when recipe.yaml is the user's)
-    OUT/spm.model             the shared SentencePiece vocabulary (trained once), unless data.vocab names one
-    OUT/data/*.safetensors    the encoded corpus (encoded once; a resume reads it back, checked)
-    OUT/checkpoints/step-N/   model directory + training state; running again resumes from the latest
-    OUT/model/                the final (averaged) model: what `Translator.load` reads
-    OUT/tensorboard/          TensorBoard event files
+OUT/run.json              what marks a run folder: the recipe it runs (aiayn.train.run_folder)
+OUT/recipe.yaml           the resolved recipe (recipe.resolved.yaml when recipe.yaml is the user's)
+OUT/spm.model             the shared SentencePiece vocabulary (trained once), unless data.vocab names one
+OUT/data/*.safetensors    the encoded corpus (encoded once; a resume reads it back, checked)
+OUT/checkpoints/step-N/   model directory + training state; running again resumes from the latest
+OUT/model/                the final (averaged) model: what `Translator.load` reads
+OUT/tensorboard/          TensorBoard event files
 """
 
 from __future__ import annotations
@@ -63,8 +63,10 @@ def make_optimizer(model: torch.nn.Module, cfg: TrainConfig) -> torch.optim.Opti
     if cfg.weight_decay == 0:
         return torch.optim.Adam(model.parameters(), lr=0.0, betas=betas, eps=eps, fused=True)
     params = list(model.parameters())
-    groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": cfg.weight_decay},
-              {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
+    groups = [
+        {"params": [p for p in params if p.dim() >= 2], "weight_decay": cfg.weight_decay},
+        {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
+    ]
     return torch.optim.AdamW(groups, lr=0.0, betas=betas, eps=eps, fused=True)
 
 
@@ -83,9 +85,21 @@ def say_the_model_is_inits(recipe: Recipe, config: ModelConfig, init: str | Path
         wanted = recipe.model_config(config.vocab_size).to_dict()
     except ValueError:  # a model section that names no whole model by itself: nothing to compare
         return
-    own = ("vocab_size", "tgt_vocab_size", "pad_id", "bos_id", "eos_id", "unk_id", "src_lang", "tgt_lang")  # the vocabulary's
-    unused = [f"{name} {wanted[name]!r} (init's: {value!r})" for name, value in config.to_dict().items()
-              if name in wanted and name not in own and wanted[name] != value]
+    own = (
+        "vocab_size",
+        "tgt_vocab_size",
+        "pad_id",
+        "bos_id",
+        "eos_id",
+        "unk_id",
+        "src_lang",
+        "tgt_lang",
+    )  # the vocabulary's
+    unused = [
+        f"{name} {wanted[name]!r} (init's: {value!r})"
+        for name, value in config.to_dict().items()
+        if name in wanted and name not in own and wanted[name] != value
+    ]
     if unused:
         log(f"--init {init}: the model is init's; the recipe's model fields {'; '.join(unused)} are not used")
 
@@ -157,13 +171,17 @@ def sampled_epochs(recipe: Recipe, corpus: EncodedCorpus, tokenizer) -> SampledE
     if not d.bpe_dropout:
         return None
     if not isinstance(tokenizer, Vocab):
-        raise ValueError("data.bpe_dropout needs aiayn's shared SentencePiece vocabulary; "
-                         "this model's tokenizer (a Marian model's, from --init) has none")
+        raise ValueError(
+            "data.bpe_dropout needs aiayn's shared SentencePiece vocabulary; "
+            "this model's tokenizer (a Marian model's, from --init) has none"
+        )
     return SampledEpochs(corpus, tokenizer, d.bpe_dropout, recipe.train.seed, d.max_subwords)
 
 
 def to_batch(corpus: EncodedCorpus, indices: list[int], model: Transformer, device: torch.device) -> Batch:
-    b = collate([corpus.src[i] for i in indices], [corpus.tgt[i] for i in indices], model.config.pad_id, model.config.bos_id)
+    b = collate(
+        [corpus.src[i] for i in indices], [corpus.tgt[i] for i in indices], model.config.pad_id, model.config.bos_id
+    )
     return Batch(b.src.to(device), b.tgt_in.to(device), b.tgt_out.to(device), b.n_src, b.n_tgt)
 
 
@@ -179,8 +197,13 @@ def accumulation_steps(recipe: Recipe, world_size: int) -> int:
     return max(1, round(cfg.effective_batch_tokens / (cfg.batch_tokens * world_size)))
 
 
-def train(recipe: Recipe, out_dir: str | Path, init: str | Path | None = None, log: Log = print,
-          recipe_file: str | Path | None = None) -> dict:
+def train(
+    recipe: Recipe,
+    out_dir: str | Path,
+    init: str | Path | None = None,
+    log: Log = print,
+    recipe_file: str | Path | None = None,
+) -> dict:
     """Train (or resume) the recipe into out_dir; return the final results (BLEU, steps, time).
 
     recipe_file: the YAML file the recipe came from, which is never written over.
@@ -213,22 +236,37 @@ def _train(recipe: Recipe, out: Path, init: str | Path | None, log: Log) -> dict
     model = start.model.to(device)
     corpus = load_split(recipe, recipe.data.train, start.tokenizer, out / "data" / "train.safetensors", log)
     valid = load_split(recipe, recipe.data.valid, start.tokenizer, out / "data" / "valid.safetensors", log)
-    valid_batches = [to_batch(valid, b, model, device) for b in make_batches(
-        [len(s) for s in valid.src], [len(s) for s in valid.tgt], cfg.batch_tokens, 0, 0)]
+    valid_batches = [
+        to_batch(valid, b, model, device)
+        for b in make_batches([len(s) for s in valid.src], [len(s) for s in valid.tgt], cfg.batch_tokens, 0, 0)
+    ]
     # Batches of batch_tokens whatever the world size: a step takes accum x world of them and each rank
     # every world-th, so the data order and the checkpoint's position do not depend on the world size.
     sampled = sampled_epochs(recipe, corpus, start.tokenizer)  # BPE-dropout: each epoch its own ids
     pairs = sampled.corpus if sampled else (lambda epoch: corpus)  # epoch -> its EncodedCorpus
-    stream = BatchStream([len(s) for s in corpus.src], [len(s) for s in corpus.tgt], cfg.batch_tokens, cfg.seed,
-                         sampled.lengths if sampled else None)
+    stream = BatchStream(
+        [len(s) for s in corpus.src],
+        [len(s) for s in corpus.tgt],
+        cfg.batch_tokens,
+        cfg.seed,
+        sampled.lengths if sampled else None,
+    )
     accum = accumulation_steps(recipe, world)
     optimizer = make_optimizer(model, cfg)
     dtype = precision.autocast_dtype(cfg.bf16, cfg.fp16, device)  # None = fp32, as in the paper
     precision.check_device(device, dtype)
     scaler = precision.grad_scaler(device, dtype)  # active for fp16 only
     kernels.attention_kernel(cfg.attention, device)  # a bad name fails here, before the first step
-    checkpoints = Checkpoints(out / "checkpoints", model, start.vocab_proto, optimizer, stream, scaler,
-                              cfg.keep_checkpoints, {"beam_size": cfg.beam_size, "alpha": cfg.alpha})
+    checkpoints = Checkpoints(
+        out / "checkpoints",
+        model,
+        start.vocab_proto,
+        optimizer,
+        stream,
+        scaler,
+        cfg.keep_checkpoints,
+        {"beam_size": cfg.beam_size, "alpha": cfg.alpha},
+    )
     if (last := checkpoints.latest()) is not None:
         state = checkpoints.resume(last, device, cfg.seed)
         apply_optimizer_settings(optimizer, cfg)
@@ -240,10 +278,12 @@ def _train(recipe: Recipe, out: Path, init: str | Path | None, log: Log) -> dict
     if cfg.compile:
         model.compile()  # in place: the state dict keeps its names
     net = distributed.wrap(model, device)  # DDP with several ranks; save and evaluate `model`, the unwrapped one
-    log(f"{model.num_parameters():,} parameters; {len(corpus):,} pairs, {len(stream)} batches an epoch; "
+    log(
+        f"{model.num_parameters():,} parameters; {len(corpus):,} pairs, {len(stream)} batches an epoch; "
         f"{accum} micro-batch(es) of {cfg.batch_tokens:,} tokens per step x {world} process(es); device {device}, "
         f"{'fp32' if dtype is None else str(dtype).removeprefix('torch.') + ' autocast'}, attention kernel {cfg.attention}"
-        f"{', fp32 products on ' + state.gemm if dtype is None and device.type == 'cpu' else ''}")
+        f"{', fp32 products on ' + state.gemm if dtype is None and device.type == 'cpu' else ''}"
+    )
     writer = tensorboard_writer(out) if main else None
     bar = progress.ProgressBar(cfg, state.step, state.elapsed, stream.epochs_done, disable=not main)  # nearest limit
     saved_at, began, tokens_before = state.step, time.perf_counter() - state.elapsed, state.tokens
@@ -254,26 +294,48 @@ def _train(recipe: Recipe, out: Path, init: str | Path | None, log: Log) -> dict
     clock = None  # (time, step) at the end of this process's first step: the speed that plans the cool-down
     model.train()
     with deferred_sigint() as ctrl_c, bar:  # Ctrl-C stops at the next step boundary; the bar closes on errors too
-        while not distributed.any_rank(ctrl_c.requested or stop(recipe, state.step, time.perf_counter() - began,
-                                                                stream.epochs_done, state.planned_steps), device):
+        while not distributed.any_rank(
+            ctrl_c.requested
+            or stop(recipe, state.step, time.perf_counter() - began, stream.epochs_done, state.planned_steps),
+            device,
+        ):
             # 1. the learning rate of eq. (3), and the cool-down of a run whose length is known (or planned)
-            lr = rate(state.step + 1, model.config.d_model, cfg.warmup_steps, cfg.lr_factor, run_steps(cfg, state),
-                      cfg.cooldown)
+            lr = rate(
+                state.step + 1,
+                model.config.d_model,
+                cfg.warmup_steps,
+                cfg.lr_factor,
+                run_steps(cfg, state),
+                cfg.cooldown,
+            )
             for group in optimizer.param_groups:
                 group["lr"] = lr
             # 2. micro-batches: each rank's share; loss divided by the target tokens of the whole step
             step_batches = [(stream.next(), stream.epoch) for _ in range(accum * world)]  # the same for any world size
-            batches = [to_batch(pairs(epoch), ids, model, device) for ids, epoch in step_batches[rank::world]]  # r, r + world
+            batches = [
+                to_batch(pairs(epoch), ids, model, device) for ids, epoch in step_batches[rank::world]
+            ]  # r, r + world
             n_tokens = distributed.all_reduce_sum(sum(b.n_tgt for b in batches), device)  # real target tokens
             loss_sum = 0.0
             for i, b in enumerate(batches):
                 # all-reduce the gradients once, after the last micro-batch (DDP's no_sync before it)
                 length = max(b.src.size(1), b.tgt_in.size(1))
-                with distributed.no_sync(net, i < len(batches) - 1), forward_context(cfg.attention, device, dtype,
-                                                                                     state.gemm, length):
+                with (
+                    distributed.no_sync(net, i < len(batches) - 1),
+                    forward_context(cfg.attention, device, dtype, state.gemm, length),
+                ):
                     hidden = net(b.src, b.tgt_in, project=False)  # (B, T, D): the projection is in the loss
-                loss, _, _ = projected_smoothed_nll(hidden, model.output_proj.matrix, model.logits_bias, b.tgt_out,
-                                                    cfg.label_smoothing, model.config.pad_id, kept, dtype, state.gemm)
+                loss, _, _ = projected_smoothed_nll(
+                    hidden,
+                    model.output_proj.matrix,
+                    model.logits_bias,
+                    b.tgt_out,
+                    cfg.label_smoothing,
+                    model.config.pad_id,
+                    kept,
+                    dtype,
+                    state.gemm,
+                )
                 scaler.scale(loss * world / n_tokens).backward()  # DDP averages gradients over ranks; undo that
                 loss_sum += loss.item()
                 state.flops += train_flops(model.config, *b.src.shape, b.tgt_in.size(1)) * world
@@ -297,11 +359,24 @@ def _train(recipe: Recipe, out: Path, init: str | Path | None, log: Log) -> dict
             step_loss = distributed.all_reduce_sum(loss_sum, device) / n_tokens  # all ranks' loss per target token
             state.tokens += n_src + n_tokens  # source + target, padding excluded
             rate_now = (state.tokens - tokens_before) / max(time.perf_counter() - started, 1e-9)
-            bar.update(state.step, time.perf_counter() - began, stream.epochs_done, loss=f"{step_loss:.3f}",
-                       lr=f"{lr:.2e}", batch=f"{n_src:,.0f}+{n_tokens:,.0f}", tok_s=f"{rate_now:,.0f}")
+            bar.update(
+                state.step,
+                time.perf_counter() - began,
+                stream.epochs_done,
+                loss=f"{step_loss:.3f}",
+                lr=f"{lr:.2e}",
+                batch=f"{n_src:,.0f}+{n_tokens:,.0f}",
+                tok_s=f"{rate_now:,.0f}",
+            )
             if writer and state.step % cfg.log_every == 0:
-                for name, value in (("loss", step_loss), ("lr", lr), ("tokens_per_s", rate_now), ("src_tokens", n_src),
-                                    ("tgt_tokens", n_tokens), ("matmul_flops", state.flops)):
+                for name, value in (
+                    ("loss", step_loss),
+                    ("lr", lr),
+                    ("tokens_per_s", rate_now),
+                    ("src_tokens", n_src),
+                    ("tgt_tokens", n_tokens),
+                    ("matmul_flops", state.flops),
+                ):
                     writer.add_scalar(f"train/{name}", value, state.step)
             if main and cfg.eval_every and state.step % cfg.eval_every == 0:
                 evaluate(model, start.tokenizer, recipe, valid, valid_batches, device, writer, state.step, log)
@@ -313,15 +388,24 @@ def _train(recipe: Recipe, out: Path, init: str | Path | None, log: Log) -> dict
         log(f"interrupted at step {state.step:,}: saving a checkpoint and evaluating (Ctrl-C again to quit)")
     if state.step > saved_at:
         checkpoints.save(state, elapsed)
-    log(f"trained {state.step:,} steps in {elapsed / 60:.1f} min on {world} process(es); {state.flops:.3g} FLOPs in the "
-        f"training steps' matrix products (counted from the shapes, padding included)")
+    log(
+        f"trained {state.step:,} steps in {elapsed / 60:.1f} min on {world} process(es); {state.flops:.3g} FLOPs in the "
+        f"training steps' matrix products (counted from the shapes, padding included)"
+    )
     distributed.close(joined)  # the rest (averaging, the test set) is rank 0's alone
     if not main:
         return {}
     results = finish(recipe, out, start, device, log)
-    results.update(steps=state.step, minutes=elapsed / 60, device_seconds=elapsed * world, matmul_flops=state.flops,
-                   tokens=state.tokens, epoch=stream.epoch, epochs_done=stream.epochs_done,
-                   tokens_per_s=state.tokens / max(elapsed, 1e-9))
+    results.update(
+        steps=state.step,
+        minutes=elapsed / 60,
+        device_seconds=elapsed * world,
+        matmul_flops=state.flops,
+        tokens=state.tokens,
+        epoch=stream.epoch,
+        epochs_done=stream.epochs_done,
+        tokens_per_s=state.tokens / max(elapsed, 1e-9),
+    )
     write_atomic(out / "results.json", json.dumps(results, indent=2).encode(), fault="results")
     faults.point("final.after-results")
     if writer:
@@ -329,8 +413,9 @@ def _train(recipe: Recipe, out: Path, init: str | Path | None, log: Log) -> dict
     return results
 
 
-def forward_context(attention: str, device: torch.device, dtype: torch.dtype | None, gemm_backend: str,
-                    length: int) -> contextlib.ExitStack:
+def forward_context(
+    attention: str, device: torch.device, dtype: torch.dtype | None, gemm_backend: str, length: int
+) -> contextlib.ExitStack:
     """How a training forward pass computes (none of it in the paper; each a speed measure, same function).
 
     Autocast's dtype (None = fp32), eq. (1)'s kernel for a batch whose longer side has `length`
@@ -339,8 +424,12 @@ def forward_context(attention: str, device: torch.device, dtype: torch.dtype | N
     """
     kernel = kernels.attention_kernel(attention, device, length)
     stack = contextlib.ExitStack()
-    for context in (precision.autocast(device, dtype), kernels.attention(kernel), gemm.products(gemm_backend),
-                    fast_dropout()):
+    for context in (
+        precision.autocast(device, dtype),
+        kernels.attention(kernel),
+        gemm.products(gemm_backend),
+        fast_dropout(),
+    ):
         stack.enter_context(context)
     return stack
 
@@ -356,8 +445,9 @@ def run_steps(cfg: TrainConfig, state: TrainState) -> int:
     return min(state.planned_steps or cfg.max_steps, cfg.max_steps)
 
 
-def plan_cooldown(cfg: TrainConfig, state: TrainState, began: float, clock: tuple[float, int],
-                  device: torch.device, log: Log) -> None:
+def plan_cooldown(
+    cfg: TrainConfig, state: TrainState, began: float, clock: tuple[float, int], device: torch.device, log: Log
+) -> None:
     """The steps the time budget holds, at this process's speed since `clock` (time, step): planned once
     PLAN_AFTER of the budget and MIN_PLAN_STEPS steps have passed, planned again at each checkpoint until the
     cool-down begins, then kept. A new plan never puts a step already taken inside the cool-down (those steps had
@@ -372,8 +462,11 @@ def plan_cooldown(cfg: TrainConfig, state: TrainState, began: float, clock: tupl
     if planned:  # a step count, the same on every rank
         due = bool(cfg.save_every) and state.step % cfg.save_every == 0
     else:  # each rank reads its own clock: all plan at the step where any is due
-        due = distributed.any_rank(state.step - from_step >= MIN_PLAN_STEPS and
-                                   now - since >= min(PLAN_AFTER * cfg.max_minutes * 60, left / 2), device)
+        due = distributed.any_rank(
+            state.step - from_step >= MIN_PLAN_STEPS
+            and now - since >= min(PLAN_AFTER * cfg.max_minutes * 60, left / 2),
+            device,
+        )
     if not due:
         return
     steps = plan_steps(state.step - from_step, now - since, left + (now - since), cfg.max_steps - from_step)
@@ -381,8 +474,10 @@ def plan_cooldown(cfg: TrainConfig, state: TrainState, began: float, clock: tupl
     state.planned_steps = max(from_step + steps, shortest_run(state.step, cfg.cooldown))
     state.planned_minutes = cfg.max_minutes
     if not planned:
-        log(f"the time budget holds about {state.planned_steps:,} steps at this speed (planned again at each "
-            f"checkpoint): the rate falls to 0 over the last {cfg.cooldown:.0%} of them (train.cooldown)")
+        log(
+            f"the time budget holds about {state.planned_steps:,} steps at this speed (planned again at each "
+            f"checkpoint): the rate falls to 0 over the last {cfg.cooldown:.0%} of them (train.cooldown)"
+        )
 
 
 def tensorboard_writer(out: Path):
@@ -391,8 +486,17 @@ def tensorboard_writer(out: Path):
     return SummaryWriter(str(out / "tensorboard"))
 
 
-def evaluate(model: Transformer, tokenizer, recipe: Recipe, valid: EncodedCorpus, valid_batches: list[Batch],
-             device: torch.device, writer, step: int, log: Log) -> None:
+def evaluate(
+    model: Transformer,
+    tokenizer,
+    recipe: Recipe,
+    valid: EncodedCorpus,
+    valid_batches: list[Batch],
+    device: torch.device,
+    writer,
+    step: int,
+    log: Log,
+) -> None:
     """Validation loss, per-word-piece perplexity and (optionally) BLEU on part of the validation set."""
     cfg = recipe.train
     v = validation_loss(model, valid_batches, cfg.label_smoothing, device)  # fp32: comparable across runs
@@ -437,9 +541,16 @@ def finish(recipe: Recipe, out: Path, start: Start, device: torch.device, log: L
         tokenized = tokenized_bleu(hyp, ref, d.tgt_lang)  # the paper's way (tensor2tensor's get_ende_bleu.sh)
         for s, h, r in list(zip(src, hyp, ref))[:3]:
             log(f"  source     {s}\n  reference  {r}\n  aiayn      {h}")
-        log(f"test BLEU {bleu:.2f} on {len(src):,} sentences of {d.test} ({signature}), decoded in "
-            f"{time.perf_counter() - began:.0f} s; tokenised BLEU {tokenized.score:.2f} ({tokenized.signature})")
-        results.update(test_bleu=bleu, signature=signature, test_tokenized_bleu=tokenized.score,
-                       tokenized_signature=tokenized.signature, test=d.test)
+        log(
+            f"test BLEU {bleu:.2f} on {len(src):,} sentences of {d.test} ({signature}), decoded in "
+            f"{time.perf_counter() - began:.0f} s; tokenised BLEU {tokenized.score:.2f} ({tokenized.signature})"
+        )
+        results.update(
+            test_bleu=bleu,
+            signature=signature,
+            test_tokenized_bleu=tokenized.score,
+            tokenized_signature=tokenized.signature,
+            test=d.test,
+        )
         write_atomic(out / "test.hyp", ("\n".join(hyp) + "\n").encode())
     return results

@@ -136,8 +136,18 @@ class _ProjectedSmoothedNLL(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, hidden: Tensor, weight: Tensor, bias: Tensor | None, target: Tensor, epsilon: float,
-                pad_id: int, dtype: torch.dtype | None, backend: str, kept: KeptTable) -> tuple[Tensor, Tensor]:
+    def forward(
+        ctx,
+        hidden: Tensor,
+        weight: Tensor,
+        bias: Tensor | None,
+        target: Tensor,
+        epsilon: float,
+        pad_id: int,
+        dtype: torch.dtype | None,
+        backend: str,
+        kept: KeptTable,
+    ) -> tuple[Tensor, Tensor]:
         dtype = dtype or hidden.dtype  # autocast's dtype of the products, or the model's own
         h, w = hidden.to(dtype), weight.to(dtype)  # (N, D), (V, D)
         b = bias.to(dtype) if bias is not None else None  # (V,)
@@ -181,14 +191,24 @@ class _ProjectedSmoothedNLL(torch.autograd.Function):
         if bias_dtype is not None and ctx.needs_input_grad[2]:
             grad_b = grad.float().sum(0)  # (V,)
         # scaled in float32 (a bf16 product is rounded once, as autograd's cast back did), in the inputs' dtypes
-        grads = [g.float().mul_(grad_loss.float()).to(dtype) if g is not None else None
-                 for g, dtype in zip((grad_h, grad_w, grad_b), ctx.dtypes)]
+        grads = [
+            g.float().mul_(grad_loss.float()).to(dtype) if g is not None else None
+            for g, dtype in zip((grad_h, grad_w, grad_b), ctx.dtypes)
+        ]
         return (*grads, None, None, None, None, None, None)
 
 
-def projected_smoothed_nll(hidden: Tensor, weight: Tensor, bias: Tensor | None, target: Tensor, epsilon: float,
-                           pad_id: int, kept: KeptTable, dtype: torch.dtype | None = None,
-                           backend: str = "mkl") -> tuple[Tensor, Tensor, int]:
+def projected_smoothed_nll(
+    hidden: Tensor,
+    weight: Tensor,
+    bias: Tensor | None,
+    target: Tensor,
+    epsilon: float,
+    pad_id: int,
+    kept: KeptTable,
+    dtype: torch.dtype | None = None,
+    backend: str = "mkl",
+) -> tuple[Tensor, Tensor, int]:
     """label_smoothed_nll(F.linear(hidden, weight, bias), ...) for training, over a table kept in `kept`.
 
     hidden (B, T, D): the decoder's output (`model(src, tgt_in, project=False)`); weight (V, D) and bias
@@ -197,6 +217,7 @@ def projected_smoothed_nll(hidden: Tensor, weight: Tensor, bias: Tensor | None, 
     backward on the loss before the next call with the same `kept`: the table is written over.
     """
     with torch.autocast(hidden.device.type, enabled=False):  # the dtype is explicit here
-        loss, nll = _ProjectedSmoothedNLL.apply(hidden.flatten(0, 1), weight, bias, target.flatten(), epsilon, pad_id,
-                                                dtype, backend, kept)
+        loss, nll = _ProjectedSmoothedNLL.apply(
+            hidden.flatten(0, 1), weight, bias, target.flatten(), epsilon, pad_id, dtype, backend, kept
+        )
     return loss, nll.detach(), int((target != pad_id).sum())

@@ -60,8 +60,16 @@ class ProgressBar:
         limit = nearest_limit(t, step, seconds, epochs)
         self.unit = limit.unit
         done, total = _shown(limit)
-        self.bar = tqdm(initial=done, total=total, unit=limit.unit, bar_format=BAR_FORMAT, disable=disable,
-                        dynamic_ncols=True, file=file, mininterval=1.0 if sys.stderr.isatty() else 60.0)
+        self.bar = tqdm(
+            initial=done,
+            total=total,
+            unit=limit.unit,
+            bar_format=BAR_FORMAT,
+            disable=disable,
+            dynamic_ncols=True,
+            file=file,
+            mininterval=1.0 if sys.stderr.isatty() else 60.0,
+        )
 
     def update(self, step: int, seconds: float, epochs: float, **numbers: str) -> None:
         bar = self.bar

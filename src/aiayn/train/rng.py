@@ -17,7 +17,11 @@ import torch.distributed as dist
 
 def rng_state() -> dict[str, Any]:
     """This process's RNG states: torch (CPU and every CUDA device), Python and NumPy."""
-    state: dict[str, Any] = {"torch": torch.get_rng_state(), "python": random.getstate(), "numpy": np.random.get_state()}
+    state: dict[str, Any] = {
+        "torch": torch.get_rng_state(),
+        "python": random.getstate(),
+        "numpy": np.random.get_state(),
+    }
     if torch.cuda.is_available():
         state["cuda"] = torch.cuda.get_rng_state_all()
     return state
@@ -45,8 +49,10 @@ def rng_to_plain(state: dict[str, Any]) -> tuple[dict[str, Any], dict[str, torch
     """(JSON-able numbers and lists, byte tensors) for one rank's rng_state()."""
     version, internal, gauss = state["python"]
     kind, keys, pos, has_gauss, cached = state["numpy"]
-    plain = {"python": [version, list(internal), gauss],
-             "numpy": [kind, [int(k) for k in keys], int(pos), int(has_gauss), float(cached)]}
+    plain = {
+        "python": [version, list(internal), gauss],
+        "numpy": [kind, [int(k) for k in keys], int(pos), int(has_gauss), float(cached)],
+    }
     tensors = {"torch": state["torch"]}
     tensors.update({f"cuda.{i}": t for i, t in enumerate(state.get("cuda", []))})
     return plain, tensors
@@ -56,8 +62,11 @@ def rng_from_plain(plain: dict[str, Any], tensors: dict[str, torch.Tensor]) -> d
     """The inverse of rng_to_plain."""
     version, internal, gauss = plain["python"]
     kind, keys, pos, has_gauss, cached = plain["numpy"]
-    state = {"torch": tensors["torch"], "python": (version, tuple(internal), gauss),
-             "numpy": (kind, np.array(keys, dtype=np.uint32), pos, has_gauss, cached)}
+    state = {
+        "torch": tensors["torch"],
+        "python": (version, tuple(internal), gauss),
+        "numpy": (kind, np.array(keys, dtype=np.uint32), pos, has_gauss, cached),
+    }
     cuda = sorted((int(k.split(".")[1]), t) for k, t in tensors.items() if k.startswith("cuda."))
     if cuda:
         state["cuda"] = [t for _, t in cuda]
@@ -68,8 +77,11 @@ def rng_from_old(old: dict[str, Any]) -> dict[str, Any]:
     """One rank's states from the state.pt of an older aiayn."""
     version, internal, gauss = old["python"]
     kind, keys, pos, has_gauss, cached = old["numpy"]
-    state = {"torch": old["torch"], "python": (version, tuple(internal), gauss),
-             "numpy": (kind, keys.numpy().astype(np.uint32), pos, has_gauss, cached)}
+    state = {
+        "torch": old["torch"],
+        "python": (version, tuple(internal), gauss),
+        "numpy": (kind, keys.numpy().astype(np.uint32), pos, has_gauss, cached),
+    }
     if "cuda" in old:
         state["cuda"] = list(old["cuda"])
     return state

@@ -28,8 +28,18 @@ from ..recipe import Recipe
 
 RECORD, LOCK, RECIPE, RESOLVED = "run.json", ".aiayn.lock", "recipe.yaml", "recipe.resolved.yaml"
 PARSER_VOCABULARIES = (SOURCE_FILE, WORDS_FILE, TARGET_FILE)  # a parsing run's tokenizer (parse/tokenizer.py)
-WRITTEN = ("spm.model", *PARSER_VOCABULARIES, "data", "checkpoints", "model", "tensorboard", "results.json", "test.hyp",
-           RECIPE, RECORD)
+WRITTEN = (
+    "spm.model",
+    *PARSER_VOCABULARIES,
+    "data",
+    "checkpoints",
+    "model",
+    "tensorboard",
+    "results.json",
+    "test.hyp",
+    RECIPE,
+    RECORD,
+)
 # What a resume may not change: the data, the vocabulary and the model, and what fixes the data
 # order (the saved position counts batches of batch_tokens, shuffled with seed).
 ALLOWED_DATA = ("valid", "test")  # read again at each evaluation and at the end
@@ -53,8 +63,10 @@ def lock(out: Path) -> IO[str] | None:
         f.seek(0)
         holder = f.read().strip() or "?"
         f.close()
-        raise RunFolderError(f"{out}: another `aiayn train` (pid {holder}) is using this folder; "
-                             f"wait for it to end, or choose another --out") from None
+        raise RunFolderError(
+            f"{out}: another `aiayn train` (pid {holder}) is using this folder; "
+            f"wait for it to end, or choose another --out"
+        ) from None
     except OSError as err:
         if err.errno not in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS):
             raise
@@ -102,8 +114,9 @@ def check(out: Path, recipe: Recipe, recipe_file: str | Path | None, locked: boo
             if path.exists() and path.resolve() != given:
                 raise RunFolderError(
                     f"--out {out}: not a folder aiayn train made (no {RECORD}) and it holds {name}, which training "
-                    f"would use or replace; choose another --out" + ("; name a vocabulary with --data.vocab=FILE"
-                                                                       if name == "spm.model" else ""))
+                    f"would use or replace; choose another --out"
+                    + ("; name a vocabulary with --data.vocab=FILE" if name == "spm.model" else "")
+                )
     if old is not None:
         changed = changes(old, recipe)
         if changed and not trained(out):  # an earlier start that failed before its first checkpoint: start over
@@ -111,8 +124,10 @@ def check(out: Path, recipe: Recipe, recipe_file: str | Path | None, locked: boo
                 start_over(out, old)
             return None
         if changed:
-            raise RunFolderError(f"--out {out}: resuming with a changed recipe: {'; '.join(changed)}. These cannot change "
-                                 f"within a run (budgets and logging can); choose another --out for a new run")
+            raise RunFolderError(
+                f"--out {out}: resuming with a changed recipe: {'; '.join(changed)}. These cannot change "
+                f"within a run (budgets and logging can); choose another --out for a new run"
+            )
     return old
 
 
@@ -166,7 +181,9 @@ def changes(old: dict[str, Any], recipe: Recipe) -> list[str]:
 def _model_fields(section: dict[str, Any]) -> dict[str, Any]:
     """The ModelConfig a model section names (preset and overrides resolved), as a dict."""
     try:
-        return Recipe(model=dict(section)).model_config(1 << 16).to_dict()  # any vocabulary size: it is compared as data
+        return (
+            Recipe(model=dict(section)).model_config(1 << 16).to_dict()
+        )  # any vocabulary size: it is compared as data
     except (TypeError, ValueError):
         return dict(section)
 

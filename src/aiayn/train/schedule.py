@@ -20,8 +20,9 @@ MIN_PLAN_STEPS = 10  # and this many steps after the process's first
 PLAN_MARGIN = 0.02  # and plans for this much less time than is left, for the speed to vary
 
 
-def rate(step: int, d_model: int, warmup_steps: int = 4000, factor: float = 1.0, total_steps: int = 0,
-         cooldown: float = 0.0) -> float:
+def rate(
+    step: int, d_model: int, warmup_steps: int = 4000, factor: float = 1.0, total_steps: int = 0, cooldown: float = 0.0
+) -> float:
     """lrate = factor * d_model^-0.5 * min(step^-0.5, step * warmup_steps^-1.5), eq. (3), then the cool-down.
 
     Linear warm-up for warmup_steps, then inverse-square-root decay. `factor` is 1 in the paper;
@@ -56,7 +57,9 @@ def plan_steps(step: int, seconds: float, budget_seconds: float, max_steps: int)
 
 def shortest_run(step: int, cooldown: float) -> int:
     """The fewest steps N whose cool-down (the last round(cooldown x N)) begins after `step`."""
-    n = max(step, math.ceil((step - 0.5) / (1 - cooldown)) - 1)  # below the answer: n - round(c n) >= step needs n >= that
+    n = max(
+        step, math.ceil((step - 0.5) / (1 - cooldown)) - 1
+    )  # below the answer: n - round(c n) >= step needs n >= that
     while cooldown_begins(n, cooldown) < step:
         n += 1
     return n

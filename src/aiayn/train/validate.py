@@ -36,7 +36,11 @@ def validation_loss(model: Transformer, batches: list[Batch], epsilon: float, de
 
 @torch.no_grad()
 def translate_texts(
-    model: Transformer, tokenizer, texts: list[str], beam_size: int = 4, alpha: float = 0.6,
+    model: Transformer,
+    tokenizer,
+    texts: list[str],
+    beam_size: int = 4,
+    alpha: float = 0.6,
     device: torch.device | str = "cpu",
 ) -> list[str]:
     """Translations of texts by beam search (§6.1), the model put back in its mode afterwards."""
