@@ -481,6 +481,7 @@ def main() -> None:
     if args.quick:
         args.rounds, args.sentences, args.jobs = 1, 64, ["beam4-b32"]
     import torch
+
     from gemm import print_host_rates  # the host's own limits come first (issue 18)
 
     torch.set_num_threads(THREADS)

@@ -386,7 +386,9 @@ def test_convert_into_a_file(work, capsys, out):
 
 
 def test_translator_is_importable_from_the_package():
-    from aiayn import ModelConfig as config, Transformer as model, Translator
+    from aiayn import ModelConfig as config
+    from aiayn import Transformer as model
+    from aiayn import Translator
     from aiayn.decode.translate import Translator as translator
 
     assert Translator is translator and config is ModelConfig and model is Transformer

@@ -16,7 +16,6 @@ from aiayn import evaluate
 from aiayn.cli import main
 from aiayn.decode.translate import Translator
 from aiayn.io import load_model
-
 from test_translate import build_tiny_model_dir, data_dir  # noqa: F401  (a fixture)
 
 

@@ -20,7 +20,6 @@ from aiayn.parse.pcfg import PCFG, transform, untransform
 from aiayn.parse.tokenizer import WORDS_FILE, ParseTokenizer, WordVocab
 from aiayn.parse.trees import parse_tree, read_treebank
 from aiayn.recipe import load_recipe
-
 from conftest import DATA, REPO
 
 ARCHIVE = DATA / "ptb-sample" / "treebank.zip"

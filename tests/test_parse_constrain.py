@@ -149,7 +149,6 @@ def test_with_a_lexicon_a_word_takes_the_tags_training_saw_it_with():
 def test_the_lexicon_of_the_training_files_allows_the_gold_tag_of_almost_every_dev_word():
     from aiayn.parse.linearize import linearize
     from aiayn.parse.trees import read_treebank
-
     from conftest import DATA
 
     archive = DATA / "ptb-sample" / "treebank.zip"
@@ -186,7 +185,6 @@ def test_the_words_anchor_the_tags(search):
 def test_the_training_trees_bound_runs_of_opening_brackets_and_depth():
     from aiayn.parse.linearize import linearize
     from aiayn.parse.trees import read_treebank
-
     from conftest import DATA
 
     trees = read_treebank(DATA / "ptb-sample" / "treebank.zip", "wsj_0001-0159")
@@ -276,7 +274,6 @@ def test_constituents_begin_and_end_with_tags_their_label_began_and_ended_with_i
 def test_the_edge_tables_of_the_training_files_fit_almost_every_test_constituent():
     from aiayn.parse.linearize import linearize
     from aiayn.parse.trees import read_treebank
-
     from conftest import DATA
 
     archive = DATA / "ptb-sample" / "treebank.zip"

@@ -12,7 +12,6 @@ import pytest
 from aiayn.parse.baselines import right_branching
 from aiayn.parse.evalb import evalb, read_bracketing
 from aiayn.parse.trees import Tree, read_treebank
-
 from conftest import DATA
 
 EVALB_DIR = DATA.parent / "tools" / "evalb"

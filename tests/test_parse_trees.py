@@ -16,7 +16,6 @@ from aiayn.parse.trees import (
     parse_trees,
     read_treebank,
 )
-
 from conftest import DATA
 
 ARCHIVE = DATA / "ptb-sample" / "treebank.zip"

@@ -12,13 +12,12 @@ import pytest
 import torch
 
 from aiayn.config import DecodeConfig, ModelConfig
-from aiayn.decode.beam import beam_search
 from aiayn.decode import packed
+from aiayn.decode.beam import beam_search
 from aiayn.decode.quantize import Int8Embedding, Int8Vocabulary, quantize_int8
 from aiayn.decode.step import TransformerStep
 from aiayn.io import save_model
 from aiayn.model import Transformer
-
 
 ONEDNN = pytest.param(True, marks=pytest.mark.skipif(not packed.available(), reason="no oneDNN int8 ops in this build"))
 

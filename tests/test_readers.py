@@ -26,7 +26,6 @@ from aiayn.decode.translate import Translator
 from aiayn.io import DTYPES, MappedReads, load_model, read_safetensors, save_model
 from aiayn.model import Transformer
 from aiayn.recipe import SECTIONS, load_recipe
-
 from test_errors import model_dir, multi30k_lines, vocab  # noqa: F401  (module fixtures)
 
 PROPERTY = settings(

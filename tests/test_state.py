@@ -9,10 +9,10 @@ import pytest
 import torch
 
 from aiayn import ModelConfig, Transformer
+from aiayn.config import DecodeConfig
 from aiayn.decode.beam import beam_search
 from aiayn.decode.state import UsedState
 from aiayn.decode.step import TransformerStep
-from aiayn.config import DecodeConfig
 
 
 def test_a_used_up_state_raises_instead_of_reading_garbage():

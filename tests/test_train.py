@@ -19,8 +19,8 @@ from aiayn.io import load_model, save_model
 from aiayn.model import Transformer
 from aiayn.recipe import Recipe, load_recipe
 from aiayn.train.loop import accumulation_steps, apply_optimizer_settings, make_optimizer, train
-from aiayn.train.run_folder import changes
 from aiayn.train.loss import KeptTable, label_smoothed_nll, projected_smoothed_nll
+from aiayn.train.run_folder import changes
 from aiayn.train.schedule import rate
 
 REPO = Path(__file__).resolve().parents[1]
@@ -398,8 +398,8 @@ def test_tiny_run_learns_and_writes_a_model_directory(tmp_path):
     assert (translator.config.beam_size, translator.config.alpha) == (1, 0.9)
     assert translator.decode_config(beam_size=4).beam_size == 4
     # learning: the validation loss after 40 steps is well below that of the untrained model
-    from aiayn.train.validate import validation_loss
     from aiayn.train.loop import load_split
+    from aiayn.train.validate import validation_loss
 
     valid = load_split(tiny_recipe(), str(VAL), vocab, tmp_path / "data" / "valid.pt", lambda _: None)
     from aiayn.data.batching import collate

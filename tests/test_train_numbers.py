@@ -18,7 +18,6 @@ from aiayn.evaluate import sacre_bleu, tokenized_bleu
 from aiayn.recipe import TrainConfig, load_recipe
 from aiayn.train import loop
 from aiayn.train.progress import ProgressBar, nearest_limit, stop
-
 from test_distributed import DATA, load_state, seed_out_dir, torchrun, write_recipe
 
 STEPS = 4

@@ -166,7 +166,7 @@ def test_cli_long_line_error_names_the_line(model_dir, tmp_path, capsys):
 
 def test_cli_invalid_utf8_names_the_line(model_dir, tmp_path, capsys):
     src = tmp_path / "in.txt"
-    src.write_bytes("Dogs.\nZwei Hunde.\n".encode() + b"caf\xe9\n")
+    src.write_bytes(b"Dogs.\nZwei Hunde.\n" + b"caf\xe9\n")
     assert run_cli("--model", str(model_dir), "-i", str(src), "-q") == 2
     assert f"{src}: line 3: not valid UTF-8" in capsys.readouterr().err
 
@@ -230,7 +230,6 @@ def test_the_heap_is_given_back_once_the_last_batch_is_done(model_dir, monkeypat
     between requests does not hold its last batch's caches."""
     from aiayn.decode import translate as translate_module
     from aiayn.decode.state import DecoderState
-
     from aiayn.decode.step import TransformerStep
 
     translator = Translator.load(model_dir, batch_size=2)

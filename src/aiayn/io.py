@@ -28,8 +28,8 @@ from safetensors.torch import save_model as _save_weights
 from torch import Tensor, nn
 
 from . import __version__, faults
-from .files import temporary_beside, with_default_mode
 from .config import ModelConfig
+from .files import temporary_beside, with_default_mode
 from .model import Transformer
 
 CONFIG, WEIGHTS, VOCAB = "config.json", "model.safetensors", "spm.model"

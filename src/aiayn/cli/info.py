@@ -8,7 +8,6 @@ from ..config import PRESETS, ModelConfig
 from ..model import Transformer
 from .options import at_least
 
-
 PAPER_MILLIONS = {"base": 65, "big": 213}  # Table 3, with a shared ~37,000-token vocabulary
 
 

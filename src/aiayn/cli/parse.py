@@ -15,8 +15,8 @@ import argparse
 import sys
 from typing import BinaryIO, TextIO
 
-from .paths import input_file, output_file, same_file, text_output
 from .options import at_least, number
+from .paths import input_file, output_file, same_file, text_output
 from .translate import each_block
 
 

@@ -126,16 +126,18 @@ def load_translator(args: argparse.Namespace):
 def read_lines(stream: BinaryIO, name: str) -> Iterator[str]:
     """Lines without their line ends (and without a UTF-8 byte order mark before the first); a line that is not
     UTF-8 is an error naming it."""
-    for number, raw in enumerate(stream, start=1):
+    for line_number, raw in enumerate(stream, start=1):
         try:
             line = raw.decode("utf-8")
         except UnicodeDecodeError as err:
-            if number == 1 and raw.startswith(b"\x1f\x8b"):  # gzip's magic number
+            if line_number == 1 and raw.startswith(b"\x1f\x8b"):  # gzip's magic number
                 raise ValueError(
                     f"{name}: gzip-compressed; translate reads plain text: `zcat {name} | aiayn translate ...`"
                 ) from None
-            raise ValueError(f"{name}: line {number}: not valid UTF-8 ({err.reason} at byte {err.start})") from None
-        yield (line.removeprefix("\ufeff") if number == 1 else line).rstrip("\r\n")
+            raise ValueError(
+                f"{name}: line {line_number}: not valid UTF-8 ({err.reason} at byte {err.start})"
+            ) from None
+        yield (line.removeprefix("\ufeff") if line_number == 1 else line).rstrip("\r\n")
 
 
 def chunks(lines: Iterator[str], size: int) -> Iterator[list[str]]:

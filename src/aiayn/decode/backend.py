@@ -260,7 +260,7 @@ def layer_seconds(config: ModelConfig, rows: int, copies: int, repeats: int) -> 
         else:
             run = lambda: [onednn_linear(inputs[d_in], w, None) for w, (_, d_in) in zip(matrices, shapes)]
         seconds[name] = best_seconds(run, repeats)
-        del matrices, run
+        matrices = run = None  # one layout's matrices at a time
     return seconds
 
 
@@ -282,7 +282,7 @@ def projection_seconds(rows: int, D: int, V: int, repeats: int) -> dict[str, flo
         out = torch.empty(rows, V)
         seconds["gemv"] = best_seconds(lambda: gemv.product(x, plain, None, out), repeats)
         del out
-    del plain
+    plain = None
     columns = torch.full((D, V), 0.5).t()  # MKL's layout (layout.column_major), made without a source
     seconds["mkl"] = best_seconds(lambda: x @ columns.t(), repeats)
     return seconds

@@ -169,7 +169,7 @@ def _build(source: Path, compiler: str, flags: list[str], link: list[str], folde
     return target
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def build(
     source: Path, libraries: tuple[str, ...] = (), defines: tuple[str, ...] = ()
 ) -> tuple[ctypes.CDLL | None, str | None]:

@@ -22,7 +22,6 @@ import torch
 from torch import Tensor, nn
 
 from ..io import MappedReads, Reader, read_safetensors
-
 from ..model import DotProductAttention, OutputProjection, Transformer
 from .attention import OneQueryAttention, SourceAttention
 from .backend import layers_of, packs_vocabulary, use_onednn, uses_gemv

@@ -5,7 +5,6 @@ as two kernel-1 convolutions (§3.3), permutation equivariance without positions
 from __future__ import annotations
 
 import json
-
 import math
 import time
 from pathlib import Path

@@ -12,9 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from ..io import write_atomic
-from . import figures
+from . import figures, sections
 from .claims import Claim, claims_table, verdict
-from . import sections
 
 Block = tuple
 TITLE = 'The paper lab: "Attention Is All You Need", claim by claim, measured here'

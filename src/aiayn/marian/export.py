@@ -17,10 +17,10 @@ import torch
 from torch import Tensor
 
 from .. import io
-from ..files import temporary_beside
 from ..config import ModelConfig
-from ..model import Transformer, sinusoid_table
 from ..data.vocab import Vocab
+from ..files import temporary_beside
+from ..model import Transformer, sinusoid_table
 from .load import CONFIG, GENERATION_CONFIG, SAFETENSORS
 from .tokenizer import SOURCE_SPM, TARGET_SPM, TARGET_VOCAB, TOKENIZER_CONFIG, VOCAB, MarianTokenizer
 

@@ -29,8 +29,8 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file
 
 from .. import faults
-from ..files import temporary_beside
 from ..data.batching import BatchStream
+from ..files import temporary_beside
 from ..io import WEIGHTS, load_plain_pickle, save_model, save_tensors, write_atomic
 from ..model import Transformer
 from . import distributed

@@ -31,6 +31,8 @@ from torch.overrides import TorchFunctionMode
 from ..config import ModelConfig
 from ..decode.backend import (
     LAYER_BACKENDS as BACKENDS,
+)
+from ..decode.backend import (
     best_seconds,
     forced,
     layers_of,

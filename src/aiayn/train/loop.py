@@ -23,20 +23,20 @@ import numpy as np
 import torch
 
 from .. import faults
+from ..config import ModelConfig
 from ..data.batching import Batch, BatchStream, collate, make_batches
 from ..data.bpe_dropout import SampledEpochs
 from ..data.corpus import EncodedCorpus, cache_key, encode_pairs, find_file, read_parallel
 from ..data.vocab import Vocab
-from ..evaluate import tokenized_bleu
 from ..decode.layout import for_decoding
+from ..evaluate import tokenized_bleu
+from ..files import sweep_temporaries
 from ..io import load_model, read_column_major, read_safetensors, write_atomic
-from ..config import ModelConfig
 from ..model import Transformer
 from ..recipe import Recipe, TrainConfig
-from ..files import sweep_temporaries
 from . import distributed, gemm, kernels, precision, progress, run_folder
-from .dropout import fast_dropout
 from .checkpoint import Checkpoints, TrainState, average_checkpoints, checkpoints_to_average
+from .dropout import fast_dropout
 from .flops import train_flops
 from .interrupt import deferred_sigint
 from .loss import KeptTable, projected_smoothed_nll
