@@ -30,7 +30,7 @@ import json, sys, time, torch
 from aiayn.config import DecodeConfig, ModelConfig
 from aiayn.decode.beam import beam_search
 from aiayn.decode.greedy import greedy_hypotheses
-from aiayn.decode.layout import for_decoding
+from aiayn.cpu.layout import for_decoding
 from aiayn.decode.step import TransformerStep
 from aiayn.model import Transformer
 from aiayn.train.loss import label_smoothed_nll
@@ -88,7 +88,8 @@ if "train" in jobs:
     times["train"] = timed_steps(one_step, 3)
 if "train-m30k" in jobs:  # the Multi30k recipe's step: bf16 autocast where native, the loop's own contexts
     from aiayn.data.batching import Batch
-    from aiayn.train import gemm, kernels, precision
+    from aiayn.cpu import train_gemm as gemm, train_attention as kernels
+    from aiayn.train import precision
     try:
         from aiayn.train.loop import forward_context
     except ImportError:  # a checkout from before forward_context: the contexts the loop entered then

@@ -6,7 +6,7 @@ Each row is one training step (forward, label-smoothed loss, backward, fused Ada
 random weights on a random batch (a sixth of the rows padded), in bf16 autocast unless said; the two
 kernels alternate round by round in one process, the first round untimed; medians. The rows are the
 shapes of aiayn's CPU recipes (Multi30k, the lab, parsing) and a long batch. It measures the rule of
-`train.attention: auto` (aiayn.train.kernels): math for batches of at most 128 positions on a CPU.
+`train.attention: auto` (aiayn.cpu.train_attention): math for batches of at most 128 positions on a CPU.
 """
 
 from __future__ import annotations

@@ -88,7 +88,7 @@ def operations():
     import torch
     import torch.nn.functional as F
 
-    from aiayn.decode.backend import onednn_linear
+    from aiayn.cpu.backend import onednn_linear
 
     x, w, b, logits = torch.randn(1, 512), torch.randn(512), torch.randn(512), torch.randn(1, 58101)
     heads, flags, token = torch.randn(1, 8, 20, 64), torch.tensor([True, False]), torch.tensor([[3]])

@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from aiayn.decode.backend import best_seconds, onednn_linear
+from aiayn.cpu.backend import best_seconds, onednn_linear
 
 # (name, rows, in, out): decoding's pre-softmax projection (opus-mt-en-de: 58,101 pieces) at beam 4 x
 # batch 32, batch 32, beam 4 x batch 1 and greedy at batch 1; an FFN layer at beam 4 x batch 32 and at beam 4 x
@@ -38,8 +38,8 @@ def host_rates(repeats: int = 3) -> list[tuple[str, float, float | None, float |
     GFLOP/s) for each shape; None where PyTorch has no oneDNN, packed only for decoding's shapes (what `+packed`
     runs: the vocabulary, and the decoder's layers where they run on oneDNN), aiayn's own only for decoding's
     shapes of up to `gemv.MAX_ROWS` rows where it is built (what `onednn+gemv` runs at batch 1)."""
-    from aiayn.decode import gemv
-    from aiayn.decode.packed import float32_available, reorder_float32
+    from aiayn.cpu import gemv
+    from aiayn.cpu.packed import float32_available, reorder_float32
 
     rows_out = []
     for name, n, d_in, d_out in SHAPES:
@@ -76,12 +76,12 @@ def print_host_rates(repeats: int = 3) -> None:
 
 
 def print_choices(times: int, rows_list: tuple[int, ...] = (128, 32, 4, 1)) -> None:
-    """What `Translator.load` measures (`aiayn.decode.backend.measure`) for opus-mt-en-de's shapes, `times`
+    """What `Translator.load` measures (`aiayn.cpu.backend.measure`) for opus-mt-en-de's shapes, `times`
     times at each row count: MKL's estimated step time over oneDNN's, the step on MKL over the step with the
     vocabulary packed, and the backend `choose` takes. Shows how far apart they are on this host against
     `ONEDNN_MARGIN` and `PACKED_MARGIN`, and how much one measurement varies."""
     from aiayn.config import ModelConfig
-    from aiayn.decode import backend
+    from aiayn.cpu import backend
 
     config = ModelConfig.preset("base", vocab_size=58101)  # 6+6 layers, d_model 512, d_ff 2048: opus-mt's widths
     print(

@@ -36,7 +36,7 @@ def worker(engine: str, work: Path) -> None:
     else:
         import torch
 
-        from aiayn.decode.backend import caches_for_translation
+        from aiayn.cpu.backend import caches_for_translation
 
         torch.set_num_threads(bench.THREADS)
         caches_for_translation()  # as the translate command does, before the backends' measure

@@ -5,7 +5,7 @@
 
 oneDNN compiles a kernel for each product shape and keeps it, with its buffers, in two caches
 (oneDNN's own and PyTorch's ideep). PyTorch leaves each at 1,024 entries; importing aiayn sets both
-to `aiayn.ONEDNN_CACHE_ENTRIES` (64) unless the environment already sets them (src/aiayn/onednn_caches.py). Resident memory growth
+to `aiayn.cpu.onednn_caches.ONEDNN_CACHE_ENTRIES` (64) unless the environment already sets them (src/aiayn/cpu/onednn_caches.py). Resident memory growth
 (VmRSS, MiB) after each stage of two jobs:
 
 - translate: benchmarks/translate.py's model (opus-mt-en-de's shapes, its --work folder), float32,
@@ -54,8 +54,8 @@ def translate_job(work: Path, gemm: str) -> list[tuple[str, float]]:
     import torch
 
     from aiayn.config import DecodeConfig
+    from aiayn.cpu.layout import for_decoding
     from aiayn.decode.greedy import greedy_hypotheses
-    from aiayn.decode.layout import for_decoding
     from aiayn.io import read_column_major, read_safetensors
     from aiayn.marian.load import load_marian_model
 
@@ -139,7 +139,7 @@ def main() -> None:
     if args.worker:
         import torch
 
-        from aiayn.decode.backend import caches_for_translation  # importing aiayn sizes the caches (onednn_caches.py)
+        from aiayn.cpu.backend import caches_for_translation  # importing aiayn sizes the caches (cpu/onednn_caches.py)
 
         torch.set_num_threads(bench.THREADS)
         job, backend, caches = args.worker
@@ -152,8 +152,8 @@ def main() -> None:
         print("; ".join(f"{name}: {value:,.{2 if name == 'seconds' else 0}f}" for name, value in stages))
         return
     bench.prepare(args.work)
-    from aiayn.decode.backend import TRANSLATION_CACHE_ENTRIES
-    from aiayn.onednn_caches import (
+    from aiayn.cpu.backend import TRANSLATION_CACHE_ENTRIES
+    from aiayn.cpu.onednn_caches import (
         ONEDNN_CACHE_ENTRIES,
         ONEDNN_CACHES,
     )  # 64: what the workers get (without the variables)

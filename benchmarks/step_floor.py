@@ -6,7 +6,7 @@ bound by memory bandwidth, not arithmetic. For greedy and beam 4 at batch 1 this
 
 - CTranslate2 float32 and aiayn float32, each in a fresh process (`translate.py`'s workers: the same
   model, sentences and forced 40 tokens as `benchmarks/translate.py`), and aiayn's speed over CTranslate2's;
-- "products": aiayn's step products alone on the backend its worker took (`aiayn.decode.backend.measure`:
+- "products": aiayn's step products alone on the backend its worker took (`aiayn.cpu.backend.measure`:
   the decoder's step matrices and the vocabulary, of the model's shapes, streamed from memory);
 - "tiny step": the same search on a model of the same structure with tiny matrices (d_model 16, 100
   pieces) on the same backend: what a step costs besides reading the matrices (Python, the calls' own
@@ -42,7 +42,7 @@ def tiny_step_seconds(config, gemm: str, beam: int, repeats: int = 5) -> float:
 
     import torch
 
-    from aiayn.decode.layout import for_decoding
+    from aiayn.cpu.layout import for_decoding
     from aiayn.model import Transformer
 
     ids = dict(eos_id=T.EOS, unk_id=T.UNK, pad_id=2, bos_id=2)  # as the benchmark's model, </s> 0 (forced_search)
@@ -63,7 +63,7 @@ def stream_rate(megabytes: int = 238) -> float:
     """GB/s of a 2-thread sum over a float32 tensor of that size: what the host streams from memory."""
     import torch
 
-    from aiayn.decode.backend import best_seconds
+    from aiayn.cpu.backend import best_seconds
 
     x = torch.ones(megabytes * (1 << 20) // 4)
     return x.numel() * 4 / best_seconds(x.sum, 5) / 1e9
@@ -78,7 +78,7 @@ def main() -> None:
 
     import torch
 
-    from aiayn.decode import backend
+    from aiayn.cpu import backend
     from aiayn.marian.convert import model_config
     from gemm import print_host_rates
 

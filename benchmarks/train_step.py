@@ -31,8 +31,8 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 from aiayn.config import ModelConfig  # noqa: E402
+from aiayn.cpu import train_attention as kernels  # noqa: E402
 from aiayn.model import Transformer  # noqa: E402
-from aiayn.train import kernels  # noqa: E402
 from aiayn.train.loop import forward_context  # noqa: E402
 from aiayn.train.loss import KeptTable, label_smoothed_nll, projected_smoothed_nll  # noqa: E402
 from aiayn.train.schedule import rate  # noqa: E402

@@ -163,23 +163,23 @@ def run_ct2(work: Path, beam: int, batch_size: int, sources: list[list[int]], co
 
 def run_aiayn(work: Path, beam: int, batch_size: int, sources: list[list[int]], int8: bool):
 
-    from aiayn.decode.layout import for_decoding
-    from aiayn.decode.pages import on_huge_pages
+    from aiayn.cpu.layout import for_decoding
+    from aiayn.cpu.pages import on_huge_pages
     from aiayn.marian.load import load_marian_model
 
     # what Translator.load does, without a tokenizer (there is none here)
     if int8:
-        from aiayn.decode.quantize import quantize_int8
-        from aiayn.io import MappedReads
+        from aiayn.cpu.memory import MappedReads
+        from aiayn.cpu.quantize import quantize_int8
 
         maps = MappedReads()
         model = quantize_int8(load_marian_model(work / "marian", unk_id=UNK, read=maps.read), release=maps.release)
         maps.detach(model)
         for_decoding(model)
     else:  # the GEMM backend measured on the model's shapes (or AIAYN_GEMM), as Translator.load chooses it
-        from aiayn.decode import backend
-        from aiayn.decode.layout import for_decoding_mapped, reader
-        from aiayn.io import MappedReads
+        from aiayn.cpu import backend
+        from aiayn.cpu.layout import for_decoding_mapped, reader
+        from aiayn.cpu.memory import MappedReads
         from aiayn.marian.convert import model_config
 
         config, rows = model_config(work / "marian"), min(128, beam * batch_size)
@@ -249,7 +249,7 @@ def loaded(engine: str, work: Path, beam: int, batch_size: int, sources: list[li
     elif engine.startswith("ct2"):
         translate = run_ct2(work, beam, batch_size, sources, engine.split("-")[1])
     else:
-        from aiayn.decode.backend import caches_for_translation
+        from aiayn.cpu.backend import caches_for_translation
 
         caches_for_translation()  # oneDNN's caches as the translate command sizes them, before its first product
         translate = run_aiayn(work, beam, batch_size, sources, engine == "aiayn-int8")

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-# aiayn's own product (decode/gemv.py) is built once per test session into a folder of its own, not the user's cache
+# aiayn's own product (cpu/gemv.py) is built once per test session into a folder of its own, not the user's cache
 os.environ["AIAYN_CACHE"] = tempfile.mkdtemp(prefix="aiayn-test-cache-")
 torch.set_num_threads(2)
 
@@ -27,7 +27,7 @@ def _seed():
 def _kernel_caches(monkeypatch):
     """oneDNN's cache sizes in the environment as they were: the translate and serve commands set their own
     (`backend.caches_for_translation`), run here in this process, and processes the tests start inherit them."""
-    from aiayn.onednn_caches import ONEDNN_CACHES, RECORD
+    from aiayn.cpu.onednn_caches import ONEDNN_CACHES, RECORD
 
     for name in (*ONEDNN_CACHES, RECORD):
         if name in os.environ:  # set by aiayn's import

@@ -1,4 +1,4 @@
-"""decode/attend.py and the row table of decode/state.py: beams reordered without copying the caches decode exactly
+"""cpu/attend.py and the row table of decode/state.py: beams reordered without copying the caches decode exactly
 as with the copies; the self-attention kernel is eq. (1) through the table, the encoder-decoder one eq. (1) over
 each sentence's unpadded source."""
 
@@ -14,10 +14,10 @@ import torch
 
 from aiayn import ModelConfig, Transformer
 from aiayn.config import DecodeConfig
-from aiayn.decode import attend
+from aiayn.cpu import attend
+from aiayn.cpu.quantize import quantize_int8
 from aiayn.decode.beam import beam_search
 from aiayn.decode.greedy import greedy_hypotheses
-from aiayn.decode.quantize import quantize_int8
 from aiayn.decode.step import TransformerStep
 
 pytestmark = pytest.mark.skipif(
@@ -166,7 +166,7 @@ def test_without_a_compiler_the_caches_are_copied_and_it_says_why(tmp_path):
     code = """
 import torch
 from aiayn import ModelConfig, Transformer
-from aiayn.decode import attend
+from aiayn.cpu import attend
 from aiayn.decode.step import TransformerStep
 print(attend.why_not())
 step = TransformerStep(Transformer(ModelConfig.preset("tiny", vocab_size=40)).eval())

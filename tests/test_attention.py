@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from aiayn.decode.attention import OneQueryAttention, SourceAttention
+from aiayn.cpu.query_attention import OneQueryAttention, SourceAttention
 from aiayn.model import causal_mask, padding_mask, scaled_dot_product_attention
 
 
@@ -60,7 +60,7 @@ def test_encoder_decoder_attention_at_a_step_equals_pytorch_sdpa(B, K):
 
 def test_decoding_puts_its_attentions_in_the_decoder():
     from aiayn import ModelConfig, Transformer
-    from aiayn.decode.layout import for_decoding
+    from aiayn.cpu.layout import for_decoding
 
     model = for_decoding(Transformer(ModelConfig.preset("tiny", vocab_size=50)))
     assert all(

@@ -11,13 +11,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from aiayn import ONEDNN_CACHE_ENTRIES, ModelConfig, Transformer
+from aiayn import ModelConfig, Transformer
+from aiayn.cpu import backend, gemv
+from aiayn.cpu.onednn_caches import ONEDNN_CACHE_ENTRIES
+from aiayn.cpu.packed import pack_float32
+from aiayn.cpu.vocabulary import PackedProjection
 from aiayn.data.corpus import read_lines
-from aiayn.decode import backend, gemv
-from aiayn.decode.packed import pack_float32
 from aiayn.decode.step import TransformerStep
 from aiayn.decode.translate import Translator
-from aiayn.decode.vocabulary import PackedProjection
 from aiayn.io import save_model
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k"
@@ -161,7 +162,7 @@ MEASURE_AT_ONE_ROW = """
 from pathlib import Path
 import torch
 from aiayn import ModelConfig
-from aiayn.decode import backend
+from aiayn.cpu import backend
 
 def resident():
     return int(next(l for l in Path("/proc/self/status").read_text().splitlines() if l.startswith("VmRSS:")).split()[1]) // 1024
@@ -188,7 +189,7 @@ import sys
 from pathlib import Path
 import torch
 from aiayn import ModelConfig
-from aiayn.decode import backend
+from aiayn.cpu import backend
 
 def anonymous():
     return int(next(l for l in Path("/proc/self/status").read_text().splitlines() if l.startswith("RssAnon:")).split()[1]) // 1024
@@ -285,8 +286,8 @@ def test_packing_reads_a_mapped_matrix_a_block_at_a_time_and_checks_the_layout_b
     its packing), and a layout that oneDNN does not use is caught by the product check: no packing then."""
     from safetensors.torch import save_file
 
-    from aiayn.decode import packed as packed_module
-    from aiayn.io import MappedReads
+    from aiayn.cpu import packed as packed_module
+    from aiayn.cpu.memory import MappedReads
 
     weight = torch.randn(1000, 96)
     save_file({"vocab": weight}, tmp_path / "w.safetensors")
@@ -324,8 +325,7 @@ PRODUCTS_OF_MANY_SHAPES = """
 import os
 from pathlib import Path
 import torch
-import aiayn
-from aiayn.decode.backend import onednn_linear
+from aiayn.cpu.backend import onednn_linear
 
 def resident():
     line = next(l for l in Path("/proc/self/status").read_text().splitlines() if l.startswith("VmRSS:"))
@@ -344,7 +344,7 @@ print(os.environ["ONEDNN_PRIMITIVE_CACHE_CAPACITY"], os.environ["LRU_CACHE_CAPAC
 
 @pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads resident memory from /proc (Linux)")
 def test_onednn_keeps_a_bounded_number_of_compiled_products():
-    """Importing aiayn bounds oneDNN's two kernel caches, which otherwise keep 1,024 shapes each: a
+    """Importing aiayn's CPU package bounds oneDNN's two kernel caches, which otherwise keep 1,024 shapes each: a
     process that meets 300 product shapes grows by less than half as much. A value the user set stays."""
 
     def run(**caches):
@@ -361,7 +361,7 @@ def test_onednn_keeps_a_bounded_number_of_compiled_products():
         assert done.returncode == 0, done.stderr
         return done.stdout.split()
 
-    *bounded, bounded_growth = run()  # nothing set: aiayn's import sets both
+    *bounded, bounded_growth = run()  # nothing set: aiayn.cpu's import sets both
     *unbounded, unbounded_growth = run(ONEDNN_PRIMITIVE_CACHE_CAPACITY="1024", LRU_CACHE_CAPACITY="1024")  # as before
     assert bounded == [str(ONEDNN_CACHE_ENTRIES)] * 2 and unbounded == ["1024", "1024"]
     assert int(bounded_growth) < 0.5 * int(unbounded_growth)
@@ -370,7 +370,7 @@ def test_onednn_keeps_a_bounded_number_of_compiled_products():
 CACHE_FOR_TRANSLATION = """
 import os
 import torch
-from aiayn.decode.backend import caches_for_translation, onednn_linear
+from aiayn.cpu.backend import caches_for_translation, onednn_linear
 
 if "AFTER_IMPORT" in os.environ:  # a program's own size, set after importing aiayn
     os.environ["LRU_CACHE_CAPACITY"] = os.environ["AFTER_IMPORT"]
@@ -422,7 +422,7 @@ def test_a_process_that_only_translates_keeps_fewer_compiled_products_unless_the
     assert run() == ("cache_miss", [both, "16", "16"])
     kept = run(ONEDNN_PRIMITIVE_CACHE_CAPACITY="64", LRU_CACHE_CAPACITY="64")
     assert kept == ("cache_hit", ["64", "64"])
-    # started by a process that imported aiayn: the 64 it inherits are aiayn's, not the user's
+    # started by a process that imported aiayn.cpu: the 64 it inherits are aiayn's, not the user's
     record = "ONEDNN_PRIMITIVE_CACHE_CAPACITY=64,LRU_CACHE_CAPACITY=64"
     inherited = run(ONEDNN_PRIMITIVE_CACHE_CAPACITY="64", LRU_CACHE_CAPACITY="64", AIAYN_SET_CACHES=record)
     assert inherited == ("cache_miss", [both, "16", "16"])
@@ -435,8 +435,8 @@ def test_a_process_that_only_translates_keeps_fewer_compiled_products_unless_the
 
 def test_a_process_started_from_a_translating_one_gets_the_library_size_not_the_translation_size():
     """A process started from one that called `caches_for_translation` inherits 16 and aiayn's record of it:
-    importing aiayn there sets 64 again, as for any process that did not ask for 16."""
-    from aiayn.onednn_caches import RECORD
+    importing aiayn's CPU package there sets 64 again, as for any process that did not ask for 16."""
+    from aiayn.cpu.onednn_caches import RECORD
 
     env = {
         **os.environ,
@@ -448,7 +448,7 @@ def test_a_process_started_from_a_translating_one_gets_the_library_size_not_the_
         [
             sys.executable,
             "-c",
-            "import os, aiayn; print(os.environ['ONEDNN_PRIMITIVE_CACHE_CAPACITY'], "
+            "import os, aiayn.cpu; print(os.environ['ONEDNN_PRIMITIVE_CACHE_CAPACITY'], "
             "os.environ['LRU_CACHE_CAPACITY'], os.environ['AIAYN_SET_CACHES'])",
         ],
         capture_output=True,

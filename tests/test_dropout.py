@@ -1,4 +1,4 @@
-"""Training's dropout masks (aiayn.train.dropout): the keep rate, the scale, the gradient, and where it applies."""
+"""Training's dropout masks (aiayn.cpu.dropout): the keep rate, the scale, the gradient, and where it applies."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from aiayn.config import ModelConfig
+from aiayn.cpu.dropout import LANE, dropout, fast_dropout, keep_mask
 from aiayn.model import Transformer
-from aiayn.train.dropout import LANE, dropout, fast_dropout, keep_mask
 
 
 @pytest.mark.parametrize("p", [0.1, 0.3, 0.5])

@@ -1,4 +1,4 @@
-"""aiayn's own product for a step's few rows (decode/gemv.py, issue 18): PyTorch's product to 1e-4, built once
+"""aiayn's own product for a step's few rows (cpu/gemv.py, issue 18): PyTorch's product to 1e-4, built once
 into a private cache, and a clear reason, not an error, where it cannot be built."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from aiayn.decode import backend, gemv
+from aiayn.cpu import backend, gemv
 
 # Skipped only where there is no C compiler; with one, a build that fails or a product that disagrees fails here.
 pytestmark = pytest.mark.skipif(shutil.which(os.environ.get("CC") or "cc") is None, reason="no C compiler (cc, or $CC)")
@@ -126,7 +126,7 @@ def test_greedys_pick_is_torch_max_first_among_equals_and_nan_the_largest(V):
 def test_what_the_c_writes_is_float32_whatever_torchs_default_dtype():
     """A process may change torch's default dtype (tests/test_attend.py decodes under float64). The kernels write
     float32, so every buffer they write is made float32, and their checks at load run in float32."""
-    from aiayn.decode.projection import LogitsBuffer
+    from aiayn.cpu.projection import LogitsBuffer
 
     generator = torch.Generator().manual_seed(0)
     x, W = torch.randn(3, 1000, generator=generator), torch.randn(50, 1000, generator=generator)
@@ -165,7 +165,7 @@ def test_greedy_search_with_the_c_pick_gives_topks_hypotheses(monkeypatch):
 
 
 def test_it_is_built_once_into_a_private_folder(tmp_path):
-    code = "from aiayn.decode import gemv; assert gemv.kernel() is not None, gemv.why_not(); print(gemv.cache_folder())"
+    code = "from aiayn.cpu import gemv; assert gemv.kernel() is not None, gemv.why_not(); print(gemv.cache_folder())"
     first = run(code, {"AIAYN_CACHE": str(tmp_path / "cache")})
     assert first.returncode == 0, first.stderr
     folder = Path(first.stdout.strip())
@@ -179,7 +179,7 @@ def test_it_is_built_once_into_a_private_folder(tmp_path):
 def test_without_a_compiler_or_a_private_folder_it_says_why_and_decoding_goes_on(tmp_path):
     code = """
 from aiayn import ModelConfig
-from aiayn.decode import backend, gemv
+from aiayn.cpu import backend, gemv
 assert gemv.kernel() is None
 import torch
 from aiayn.decode import greedy
@@ -208,7 +208,7 @@ def test_it_is_linked_to_pytorchs_openmp_where_other_wheels_load_their_own():
     """SentencePiece's wheel ships a libgomp of its own; a kernel linked to it would start a second thread pool."""
     code = """
 import os, torch, sentencepiece
-from aiayn.decode import gemv
+from aiayn.cpu import gemv
 loaded = {line.split()[-1] for line in open("/proc/self/maps") if "libgomp" in line}
 chosen = gemv._libgomp()
 torch_folder = os.path.dirname(os.path.realpath(torch.__file__))

@@ -30,3 +30,16 @@ def test_ruff_format_leaves_the_tree_as_it_is():
         [*ruff(), "format", "--check", "--no-cache", *TREES], cwd=REPO, capture_output=True, text=True
     )
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+
+
+def test_importing_aiayn_sets_no_machinery():
+    """`import aiayn` loads the paper's model and configs only: no CPU machinery, no oneDNN cache sizes in the
+    environment (those come with aiayn.cpu, which decoding and training import)."""
+    code = (
+        "import os, sys, aiayn\n"
+        "print(sorted(m for m in sys.modules if m.startswith('aiayn.cpu')), 'ONEDNN_PRIMITIVE_CACHE_CAPACITY' in os.environ)"
+    )
+    env = {k: v for k, v in __import__("os").environ.items() if k != "ONEDNN_PRIMITIVE_CACHE_CAPACITY"}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["[]", "False"]

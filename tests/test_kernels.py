@@ -1,4 +1,4 @@
-"""Eq. (1)'s training kernel (aiayn.train.kernels): the math kernel runs on a CPU, and it computes
+"""Eq. (1)'s training kernel (aiayn.cpu.train_attention): the math kernel runs on a CPU, and it computes
 what PyTorch's fused kernel does, in the forward and the backward pass."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 from aiayn.config import ModelConfig
+from aiayn.cpu import train_attention as kernels
 from aiayn.model import Transformer
-from aiayn.train import kernels
 
 
 def test_auto_is_math_for_short_batches_on_a_cpu_and_fused_elsewhere():

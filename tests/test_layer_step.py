@@ -1,4 +1,4 @@
-"""decode/layer_step.py: a decoding step without training's wrappers gives the model's own decode_step's logits."""
+"""cpu/layer_step.py: a decoding step without training's wrappers gives the model's own decode_step's logits."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from aiayn import ModelConfig, Transformer
-from aiayn.decode import backend, layer_step
-from aiayn.decode.layout import for_decoding
-from aiayn.decode.quantize import quantize_int8
+from aiayn.cpu import backend, layer_step
+from aiayn.cpu.layout import for_decoding
+from aiayn.cpu.quantize import quantize_int8
 from aiayn.decode.step import TransformerStep
 from aiayn.model.attention import ConcatCache
 

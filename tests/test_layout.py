@@ -1,4 +1,4 @@
-"""Weights read and laid out for decoding: aiayn.io.read_safetensors and aiayn.decode.layout."""
+"""Weights read and laid out for decoding: aiayn.io.read_safetensors and aiayn.cpu.layout."""
 
 from __future__ import annotations
 
@@ -11,9 +11,10 @@ import torch
 from safetensors.torch import save_file
 
 from aiayn.config import DecodeConfig, ModelConfig
+from aiayn.cpu.layout import for_decoding, is_column_major
+from aiayn.cpu.memory import MappedReads
 from aiayn.decode.beam import beam_search
-from aiayn.decode.layout import for_decoding, is_column_major
-from aiayn.io import MappedReads, load_model, read_column_major, read_safetensors, save_model
+from aiayn.io import load_model, read_column_major, read_safetensors, save_model
 from aiayn.model import Transformer
 
 

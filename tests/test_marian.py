@@ -551,7 +551,7 @@ def test_separate_vocabularies_and_an_untied_output_layer(marian_dir, sentences,
 
 def test_int8_translator_on_a_marian_directory_stays_close_to_float32(marian_dir, sentences):
     """--int8 on a Marian checkpoint (with a non-zero final_logits_bias): one int8 vocabulary, close output."""
-    from aiayn.decode.quantize import Int8Projection
+    from aiayn.cpu.quantize import Int8Projection
     from aiayn.decode.translate import Translator
 
     plain, int8 = Translator.load(marian_dir), Translator.load(marian_dir, int8=True)

@@ -1,4 +1,4 @@
-"""Decoding's weights on huge pages (decode/pages.py, issue 18): the same outputs bit for bit, the same layout,
+"""Decoding's weights on huge pages (cpu/pages.py, issue 18): the same outputs bit for bit, the same layout,
 parameters moved into one mapping on 2 MiB pages, the vocabulary collapsed where it is, no second copy left."""
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ import torch
 from torch import nn
 
 from aiayn import ModelConfig, Transformer
+from aiayn.cpu import pages
+from aiayn.cpu.layout import column_major, for_decoding
 from aiayn.data.corpus import read_lines
-from aiayn.decode import pages
-from aiayn.decode.layout import column_major, for_decoding
 from aiayn.decode.translate import Translator
 from aiayn.io import save_model
 
@@ -166,7 +166,8 @@ def test_a_failure_leaves_the_model_as_it_was_and_says_why(monkeypatch):
 @needs_huge_pages
 def test_views_of_a_mapped_file_stay_where_they_are(tmp_path):
     """Tensors still in `io.MappedReads`' map of the weight file (before `detach`) are the file's pages: left alone."""
-    from aiayn.io import MappedReads, load_model
+    from aiayn.cpu.memory import MappedReads
+    from aiayn.io import load_model
 
     directory = save_model(model(decoding=False), tmp_path)
     maps = MappedReads()

@@ -1,4 +1,4 @@
-"""int8 translation weights (aiayn.decode.quantize): exact integer arithmetic, one int8 vocabulary."""
+"""int8 translation weights (aiayn.cpu.quantize): exact integer arithmetic, one int8 vocabulary."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ import pytest
 import torch
 
 from aiayn.config import DecodeConfig, ModelConfig
-from aiayn.decode import packed
+from aiayn.cpu import packed
+from aiayn.cpu.quantize import Int8Embedding, Int8Vocabulary, quantize_int8
 from aiayn.decode.beam import beam_search
-from aiayn.decode.quantize import Int8Embedding, Int8Vocabulary, quantize_int8
 from aiayn.decode.step import TransformerStep
 from aiayn.io import save_model
 from aiayn.model import Transformer
@@ -68,7 +68,7 @@ def test_packed_and_plain_vocabularies_give_the_same_logits_and_translations():
     for onednn in (True, False):
         copy = Transformer(model.config).eval()
         copy.load_state_dict(model.state_dict())
-        with mock.patch("aiayn.decode.quantize.pack", packed.pack if onednn else lambda weight: None):
+        with mock.patch("aiayn.cpu.quantize.pack", packed.pack if onednn else lambda weight: None):
             models[onednn] = quantize_int8(copy)
     assert (
         models[True].output_proj.vocabulary.packed is not None and models[False].output_proj.vocabulary.packed is None
@@ -131,8 +131,9 @@ import sys
 from pathlib import Path
 import torch
 from aiayn.config import ModelConfig
-from aiayn.decode.quantize import quantize_int8
-from aiayn.io import MappedReads, load_model
+from aiayn.cpu.quantize import quantize_int8
+from aiayn.cpu.memory import MappedReads
+from aiayn.io import load_model
 from aiayn.model import Transformer
 
 def resident(field):

@@ -373,8 +373,8 @@ def test_serve_forces_the_gemm_backend_and_reports_it(model_dir, monkeypatch):
 
     import aiayn.serve.app as app_module
     from aiayn.cli.translate import GEMM_CHOICES
-    from aiayn.decode.backend import BACKENDS
-    from aiayn.decode.vocabulary import is_packed
+    from aiayn.cpu.backend import BACKENDS
+    from aiayn.cpu.vocabulary import is_packed
 
     assert GEMM_CHOICES == ("auto", *BACKENDS)  # the CLI offers every backend
     served, build_app = {}, app_module.build_app

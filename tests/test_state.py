@@ -121,7 +121,7 @@ print(resident() - before)  # 64 MiB kept; another 64 if the freed holes stayed
 
 def resident_change(script: str) -> float:
     """The last number a heap script prints (MiB), run in a fresh process; skipped where there is no malloc_trim."""
-    from aiayn.io import _malloc_trim
+    from aiayn.cpu.memory import _malloc_trim
 
     if _malloc_trim is None:
         pytest.skip("not glibc: no malloc_trim")

@@ -117,7 +117,7 @@ def test_projected_loss_equals_projection_then_loss(backend, use_bias, monkeypat
     # The train step's fused projection and loss over a kept table (issue 18) against F.linear + label_smoothed_nll:
     # the same loss bit for bit and the same gradients (scaled as the loop scales them), for two batch sizes in turn
     # through one table, so the second reuses the first's memory. 4 rows at a time, so the products come in blocks.
-    from aiayn.decode.backend import onednn_available
+    from aiayn.cpu.backend import onednn_available
     from aiayn.train import loss as loss_module
 
     if backend == "onednn" and not onednn_available():

@@ -1,4 +1,4 @@
-"""Training's products on oneDNN (aiayn.train.gemm): the same logits and gradients as MKL's, oneDNN
+"""Training's products on oneDNN (aiayn.cpu.train_gemm): the same logits and gradients as MKL's, oneDNN
 really runs, the choice follows its rules, and a run keeps it in its checkpoints."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 from aiayn.config import ModelConfig
-from aiayn.decode import backend
+from aiayn.cpu import backend
+from aiayn.cpu import train_gemm as gemm
 from aiayn.model import Transformer
-from aiayn.train import gemm
 
 pytestmark = pytest.mark.skipif(not backend.onednn_available(), reason="this PyTorch build has no oneDNN")
 

@@ -102,9 +102,9 @@ def test_the_api_names_a_wrong_argument_instead_of_translating_it_somehow(model_
 
 
 def test_loaded_translator_is_laid_out_for_decoding_and_translates_the_same(model_dir):
-    """With MKL's products Translator.load reads matrices column-major (aiayn.decode.layout); the translations
+    """With MKL's products Translator.load reads matrices column-major (aiayn.cpu.layout); the translations
     do not change. (On a host where oneDNN is faster, the default takes it and keeps the layout: test_backend.)"""
-    from aiayn.decode.layout import is_column_major
+    from aiayn.cpu.layout import is_column_major
     from aiayn.io import load_model
 
     loaded = Translator.load(model_dir, beam_size=3, gemm="mkl")
@@ -190,7 +190,7 @@ def test_cli_stdin_to_stdout(model_dir, dashes):
 
 def test_int8_translator_loads_mapped_weights_into_the_same_model(model_dir):
     """Translator.load(int8=True) maps the weights and quantises layer by layer: same model, nothing left mapped."""
-    from aiayn.decode.quantize import quantize_int8
+    from aiayn.cpu.quantize import quantize_int8
     from aiayn.io import load_model
 
     src, tgt = torch.randint(4, 200, (3, 9)), torch.randint(4, 200, (3, 7))
@@ -200,7 +200,7 @@ def test_int8_translator_loads_mapped_weights_into_the_same_model(model_dir):
         assert torch.equal(translator.model(src, tgt), expected)
     from aiayn.decode.step import TransformerStep
 
-    assert TransformerStep(translator.model).lean  # its steps without training's wrappers (decode/layer_step.py)
+    assert TransformerStep(translator.model).lean  # its steps without training's wrappers (cpu/layer_step.py)
     gc.collect()
     maps = Path("/proc/self/maps")  # Linux: the file is unmapped once no tensor of the model views it
     assert not maps.exists() or str(model_dir / "model.safetensors") not in maps.read_text()
@@ -208,7 +208,7 @@ def test_int8_translator_loads_mapped_weights_into_the_same_model(model_dir):
 
 def test_int8_stays_close_to_float32(model_dir, tmp_path):
     """int8 linear layers (with the fused Q/K/V and the tied projection) change logits only a little."""
-    from aiayn.decode.quantize import quantize_int8
+    from aiayn.cpu.quantize import quantize_int8
     from aiayn.io import load_model
 
     model, src = load_model(model_dir), torch.randint(4, 200, (3, 9))

@@ -1,14 +1,10 @@
 """aiayn: the Transformer of "Attention Is All You Need" (Vaswani et al., 2017)."""
 
-from .onednn_caches import ONEDNN_CACHE_ENTRIES, set_caches
+from .config import DecodeConfig, ModelConfig
+from .model import Transformer
+from .version import __version__
 
-set_caches(ONEDNN_CACHE_ENTRIES)  # oneDNN's kernel caches bounded before it first runs (onednn_caches.py)
-
-from .config import DecodeConfig, ModelConfig  # noqa: E402  (after the caches are set)
-from .model import Transformer  # noqa: E402
-
-__all__ = ["DecodeConfig", "ModelConfig", "Transformer", "Translator"]
-__version__ = "0.1.0"
+__all__ = ["DecodeConfig", "ModelConfig", "Transformer", "Translator", "__version__"]
 
 
 def __getattr__(name: str):

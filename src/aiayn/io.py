@@ -8,29 +8,27 @@ DIR/spm.model          the shared SentencePiece vocabulary, when there is one
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import functools
 import json
 import math
-import mmap
 import os
 import re
 import warnings
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 import torch
 from safetensors import SafetensorError
 from safetensors.torch import save_file
 from safetensors.torch import save_model as _save_weights
-from torch import Tensor, nn
+from torch import Tensor
 
-from . import __version__, faults
+from . import faults
 from .config import ModelConfig
 from .files import temporary_beside, with_default_mode
 from .model import Transformer
+from .version import __version__
 
 CONFIG, WEIGHTS, VOCAB = "config.json", "model.safetensors", "spm.model"
 DTYPES = {
@@ -52,23 +50,23 @@ def read_safetensors(
     path: str | Path,
     column_major: bool = False,
     chunk_bytes: int = 8 << 20,
-    maps: MappedReads | None = None,
+    maps: Any = None,
     mapped: Callable[[list[int]], bool] | None = None,
 ) -> dict[str, Tensor]:
     """The tensors of a safetensors file, read into memory once (not memory-mapped).
 
     column_major=True stores every matrix transposed, `t.t().contiguous().t()`: the same shape and
-    values, the layout in which decoding's few-row products run fastest on a CPU (aiayn.decode.layout).
+    values, the layout in which decoding's few-row products run fastest on a CPU (aiayn.cpu.layout).
     Such a matrix is read chunk_bytes at a time straight into its place, so loading never holds a
     second copy of the weights, and no file pages are counted as the process's memory afterwards.
     Aliases that safetensors dropped when saving (shared tensors) come back as the same tensor.
-    With maps, the tensors whose shape `mapped` picks are left as views of maps' private map of the
+    With maps (`aiayn.cpu.memory.MappedReads`), the tensors whose shape `mapped` picks are left as views of maps' private map of the
     file instead, read later by whoever converts them (the vocabulary packed for decoding).
     """
     path = Path(path)
     views = maps.read(path) if maps is not None and mapped is not None else {}
     with open(path, "rb") as f:
-        start, header, metadata = _read_header(f, path)
+        start, header, metadata = read_header(f, path)
         tensors = {}
         for name, info in sorted(header.items(), key=lambda item: item[1]["data_offsets"][0]):
             if name in views and mapped(info["shape"]):
@@ -77,20 +75,20 @@ def read_safetensors(
             f.seek(start + info["data_offsets"][0])
             where = f"{path}: {name}"
             tensors[name] = _read_tensor(f, DTYPES[info["dtype"]], info["shape"], column_major, chunk_bytes, where)
-    return _with_aliases(tensors, metadata)
+    return with_aliases(tensors, metadata)
 
 
 read_column_major: Reader = partial(read_safetensors, column_major=True)  # for decoding on a CPU
 
 
-def _with_aliases(tensors: dict[str, Tensor], metadata: dict) -> dict[str, Tensor]:
+def with_aliases(tensors: dict[str, Tensor], metadata: dict) -> dict[str, Tensor]:
     for alias, name in metadata.items():  # safetensors' save_model records each dropped alias this way
         if alias not in tensors and name in tensors:
             tensors[alias] = tensors[name]
     return tensors
 
 
-def _read_header(f, path: Path) -> tuple[int, dict, dict]:
+def read_header(f, path: Path) -> tuple[int, dict, dict]:
     """A safetensors header, checked against the file: (where the data starts, name -> dtype/shape/offsets, metadata).
 
     The first 8 bytes give the header's length; a length beyond the file's end (random bytes, a Git LFS
@@ -173,137 +171,6 @@ def _why_refused(err: Exception) -> str:
         if line.endswith("WeightsUnpickler error:"):
             return lines[i + 1][:120]
     return lines[0][:120] if lines and "weights_only" not in lines[0] else type(err).__name__
-
-
-def trim_heap() -> None:
-    """Return the C heap's free memory to the system (glibc's malloc_trim; nothing elsewhere).
-
-    glibc keeps freed blocks of up to 32 MiB in the process once a block that size has been freed (its
-    mmap threshold rises), so a loader's temporaries would raise the resident memory for good, and each
-    decoding batch's buffers would land partly in new pages (`TransformerStep.start` calls this first).
-    """
-    if _malloc_trim is not None:
-        _malloc_trim(0)
-
-
-@functools.lru_cache(maxsize=1)
-def libc() -> ctypes.CDLL | None:
-    """The C library this process already has (nothing new is loaded), madvise's argument types set; None where
-    there is none to ask (Windows)."""
-    try:
-        library = ctypes.CDLL(None, use_errno=True)
-    except OSError:
-        return None
-    if hasattr(library, "madvise"):
-        library.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-        library.madvise.restype = ctypes.c_int
-    return library
-
-
-_malloc_trim = getattr(libc(), "malloc_trim", None)  # glibc's; not in musl, macOS or Windows
-
-
-class Mapping(NamedTuple):
-    """One of this process's memory mappings: [start, end), its permissions ("r-xp"), the file's inode ("0" for
-    anonymous memory), its path ("" for none), and with details /proc/self/smaps's figures in kB ("Rss", ...)."""
-
-    start: int
-    end: int
-    perms: str
-    inode: str
-    path: str
-    kib: dict[str, int]
-
-
-def mappings(details: bool = False) -> list[Mapping]:
-    """This process's memory mappings in address order, from /proc/self/maps, or with details from /proc/self/smaps
-    (each mapping's figures in kB). Linux only: OSError elsewhere."""
-    found: list[Mapping] = []
-    for line in Path("/proc/self/smaps" if details else "/proc/self/maps").read_text(errors="replace").splitlines():
-        fields = line.split(maxsplit=5)  # address, perms, offset, device, inode, path (which may hold spaces)
-        if not fields:
-            continue
-        if not fields[0].endswith(":"):  # a mapping's first line; smaps's figures follow as "Name: value kB"
-            start, end = (int(a, 16) for a in fields[0].split("-"))
-            found.append(Mapping(start, end, fields[1], fields[4], fields[5].strip() if len(fields) == 6 else "", {}))
-        elif found and len(fields) > 1 and fields[1].isdigit():
-            found[-1].kib[fields[0][:-1]] = int(fields[1])
-    return found
-
-
-class MappedReads:
-    """A reader whose tensors are views of memory-mapped files, so that only what is used is in memory.
-
-        maps = MappedReads()
-        model = load_model(directory, read=maps.read)   # the weights themselves are not read yet
-        ...                                             # use the weights; maps.release() now and then
-        maps.detach(model)                              # copy what the model still holds out of the files
-
-    The int8 loader uses this (aiayn.decode.quantize): it quantises a block of the vocabulary or one
-    linear layer at a time and calls `release()` after each, so the float32 weights are never all in
-    memory at once. The maps are private (copy-on-write): the files never change. `release()` gives
-    back the pages read so far; a later read maps the file's contents again (so changes written into
-    a mapped tensor are dropped: release only what nothing will read again). `detach` leaves the
-    model with no tensor in a mapped file, so that a file later changed on disk cannot reach it.
-    """
-
-    def __init__(self) -> None:
-        self.maps: list[tuple[mmap.mmap, int, int]] = []  # (map, first address, length)
-
-    def read(self, path: str | Path) -> dict[str, Tensor]:
-        """The tensors of a safetensors file as views of its private map (a `Reader`)."""
-        path = Path(path)
-        with open(path, "rb") as f:
-            start, header, metadata = _read_header(f, path)
-            mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)
-        length = len(mapped)
-        self.maps.append((mapped, torch.frombuffer(mapped, dtype=torch.uint8, count=1).data_ptr(), length))
-        tensors = {}
-        for name, info in header.items():
-            dtype, shape, (begin, end) = DTYPES[info["dtype"]], info["shape"], info["data_offsets"]
-            n = math.prod(shape)
-            if end - begin != n * dtype.itemsize or start + end > length:
-                raise ValueError(f"{path}: {name}: the file ends before this tensor does (truncated?)")
-            view = (
-                torch.frombuffer(mapped, dtype=dtype, count=n, offset=start + begin)
-                if n
-                else torch.empty(0, dtype=dtype)
-            )
-            tensors[name] = view.view(shape)
-        return _with_aliases(tensors, metadata)
-
-    def holds(self, t: Tensor) -> bool:
-        """Whether t's memory lies in one of the mapped files."""
-        address = t.untyped_storage().data_ptr()
-        return any(first <= address < first + length for _, first, length in self.maps)
-
-    def release(self) -> None:
-        """Give back the mapped pages read so far (a later read maps them again), and the heap memory
-        freed since: the temporaries of quantising a layer would otherwise stay in the process."""
-        self._drop_pages()
-        trim_heap()
-
-    def _drop_pages(self) -> None:
-        """Unmap the pages of the files read so far (a later read maps them again)."""
-        for mapped, _, _ in self.maps:
-            if hasattr(mapped, "madvise"):  # Linux, macOS; elsewhere the pages stay until the map goes
-                mapped.madvise(mmap.MADV_DONTNEED)
-
-    def detach(self, model: nn.Module) -> None:
-        """Every parameter and buffer of model still in a mapped file copied into memory of its own.
-
-        The pages read are given back after each copy: a read maps the block of the file's page cache around
-        what it reads (64 KiB of small pages, more where the kernel caches the file in large blocks), and sixty
-        small tensors (biases, norms) once held 52 MiB that way at the load's peak (docs/translation.md)."""
-        for module in model.modules():
-            for name, t in [*module.named_parameters(recurse=False), *module.named_buffers(recurse=False)]:
-                if self.holds(t):
-                    copy = t.detach().clone()
-                    setattr(
-                        module, name, nn.Parameter(copy, requires_grad=False) if isinstance(t, nn.Parameter) else copy
-                    )
-                    self._drop_pages()
-        self.maps.clear()  # the maps close once no tensor views them
 
 
 def _read_tensor(f, dtype: torch.dtype, shape: list[int], column_major: bool, chunk_bytes: int, where: str) -> Tensor:

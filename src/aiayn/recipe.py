@@ -78,9 +78,11 @@ class TrainConfig:
     bf16: bool | Literal["auto"] = False  # bf16 autocast; auto = where the hardware multiplies in bf16 (precision.py)
     fp16: bool = False  # fp16 autocast with a gradient scaler (older GPUs without bf16)
     compile: bool = False  # torch.compile the model (the first steps pay for the compilation)
-    attention: Literal["auto", "fused", "math"] = "auto"  # eq. (1)'s kernel; auto = math on a CPU (train/kernels.py)
+    attention: Literal["auto", "fused", "math"] = (
+        "auto"  # eq. (1)'s kernel; auto = math on a CPU (cpu/train_attention.py)
+    )
     gemm: Literal["auto", "mkl", "onednn"] = (
-        "auto"  # fp32 CPU products; auto = oneDNN where measured faster (train/gemm.py)
+        "auto"  # fp32 CPU products; auto = oneDNN where measured faster (cpu/train_gemm.py)
     )
     max_steps: int = 100_000  # the paper's base model: 100,000 steps
     max_minutes: float = 0.0  # stop after this much training time; 0 = no limit

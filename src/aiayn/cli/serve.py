@@ -56,7 +56,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..decode.backend import caches_for_translation
+    from ..cpu.backend import caches_for_translation
     from ..decode.translate import Translator
     from ..serve.app import build_app, is_local_name
     from ..serve.connections import SPARE_FILES, QuietServer, allowed_connections, raise_file_limit

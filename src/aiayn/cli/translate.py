@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import BinaryIO, TextIO
 
-from ..decode.backend import BACKENDS
+from ..cpu.backend import BACKENDS
 from .options import SEEDS, at_least, number
 from .paths import input_file, output_file, same_file, text_output
 
@@ -86,7 +86,7 @@ def refuse_a_parser(model: str, command: str) -> None:
 def load_translator(args: argparse.Namespace):
     import torch
 
-    from ..decode.backend import caches_for_translation
+    from ..cpu.backend import caches_for_translation
     from ..decode.translate import Translator, check_device
 
     check_device(args.device, "--device")

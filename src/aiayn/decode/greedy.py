@@ -8,8 +8,8 @@ import torch
 from torch import Tensor
 
 from ..config import DecodeConfig
+from ..cpu import gemv
 from ..model import Transformer
-from . import gemv
 from .beam import Hypothesis, length_penalty, top_k
 from .step import StepModel, as_step_model, ban, drop_ended, force_eos, output_limits, search_limits
 

@@ -22,8 +22,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from ..cpu import attend
 from ..model import KeyValue
-from . import attend
 
 
 class UsedState(RuntimeError):

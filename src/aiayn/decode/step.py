@@ -19,11 +19,11 @@ import torch
 from torch import Tensor
 
 from ..config import DecodeConfig
-from ..io import trim_heap
+from ..cpu import attend, layer_step
+from ..cpu.memory import trim_heap
 from ..model import Transformer
 from ..model.attention import KeyValue
 from ..model.masks import padding_mask
-from . import attend, layer_step
 from .state import DecoderState, KVBuffer, RowTable
 
 

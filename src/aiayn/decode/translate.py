@@ -15,12 +15,12 @@ from typing import Any, NamedTuple
 import torch
 
 from ..config import DecodeConfig
-from ..io import trim_heap
+from ..cpu.layout import for_decoding, for_decoding_mapped, reader
+from ..cpu.memory import trim_heap
+from ..cpu.pages import HugePages, on_huge_pages
 from ..model import Transformer
 from .beam import Hypothesis, beam_search
 from .greedy import greedy_hypotheses
-from .layout import for_decoding, for_decoding_mapped, reader
-from .pages import HugePages, on_huge_pages
 from .sampling import sample
 
 
@@ -143,14 +143,14 @@ class Translator:
                 "batch_size, max_tokens and truncate"
             )
         DecodeConfig(**{k: v for k, v in options.items() if k in DecodeConfig.__dataclass_fields__ and v is not None})
-        from ..io import MappedReads
+        from ..cpu import backend
+        from ..cpu.memory import MappedReads
         from ..marian import load_any
         from ..marian.convert import model_config
-        from . import backend
 
         check_device(device)
         if int8:  # weights mapped from the file and quantised a layer at a time: never all float32 at once
-            from .quantize import quantize_int8
+            from ..cpu.quantize import quantize_int8
 
             maps = MappedReads()
             model, tokenizer, defaults = load_any(path, device, read=maps.read)

@@ -235,7 +235,7 @@ def run_table3(
         "threads": threads,
         "bleu_sentences": bleu_sentences,
         "attention": multi30k_recipe(common).train.attention,
-    }  # the kernel sets the steps a minute (train/kernels.py)
+    }  # the kernel sets the steps a minute (cpu/train_attention.py)
     log(f"{len(changes)} rows of {minutes} min, {jobs} at a time, {threads or 'default'} thread(s) each")
     with ProcessPoolExecutor(jobs, mp_context=get_context("spawn")) if jobs > 1 else _InProcess() as pool:
         futures = {

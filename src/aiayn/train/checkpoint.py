@@ -51,7 +51,7 @@ class TrainState:
     data: dict[str, int] = field(default_factory=lambda: {"epoch": 1, "index": 0})  # BatchStream position
     rng: list[dict[str, Any]] = field(default_factory=list)  # each rank's RNG states (aiayn.train.rng)
     scaler: dict[str, Any] = field(default_factory=dict)  # fp16's GradScaler state; {} otherwise
-    gemm: str = ""  # the products' backend chosen at the run's start (aiayn.train.gemm); "" = not yet chosen
+    gemm: str = ""  # the products' backend chosen at the run's start (aiayn.cpu.train_gemm); "" = not yet chosen
     planned_steps: int = 0  # the steps a time budget holds, planned once for train.cooldown (schedule.py); 0 = not yet
     planned_minutes: float = 0.0  # the budget (max_minutes) that plan was made for
 

@@ -24,19 +24,21 @@ import torch
 
 from .. import faults
 from ..config import ModelConfig
+from ..cpu import train_attention as kernels
+from ..cpu import train_gemm as gemm
+from ..cpu.dropout import fast_dropout
+from ..cpu.layout import for_decoding
 from ..data.batching import Batch, BatchStream, collate, make_batches
 from ..data.bpe_dropout import SampledEpochs
 from ..data.corpus import EncodedCorpus, cache_key, encode_pairs, find_file, read_parallel
 from ..data.vocab import Vocab
-from ..decode.layout import for_decoding
 from ..evaluate import tokenized_bleu
 from ..files import sweep_temporaries
 from ..io import load_model, read_column_major, read_safetensors, write_atomic
 from ..model import Transformer
 from ..recipe import Recipe, TrainConfig
-from . import distributed, gemm, kernels, precision, progress, run_folder
+from . import distributed, precision, progress, run_folder
 from .checkpoint import Checkpoints, TrainState, average_checkpoints, checkpoints_to_average
-from .dropout import fast_dropout
 from .flops import train_flops
 from .interrupt import deferred_sigint
 from .loss import KeptTable, projected_smoothed_nll
@@ -419,8 +421,8 @@ def forward_context(
     """How a training forward pass computes (none of it in the paper; each a speed measure, same function).
 
     Autocast's dtype (None = fp32), eq. (1)'s kernel for a batch whose longer side has `length`
-    positions (train/kernels.py), the float32 products' backend (train/gemm.py) and dropout masks
-    drawn from 64-bit words (train/dropout.py).
+    positions (cpu/train_attention.py), the float32 products' backend (cpu/train_gemm.py) and dropout masks
+    drawn from 64-bit words (cpu/dropout.py).
     """
     kernel = kernels.attention_kernel(attention, device, length)
     stack = contextlib.ExitStack()

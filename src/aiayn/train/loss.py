@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from ..decode.backend import onednn_linear
+from ..cpu.backend import onednn_linear
 
 CHUNK_BYTES = 4 << 20  # rows of float32 logits worked on at once on a CPU: a few MiB, so each pass reads cache
 
@@ -158,7 +158,7 @@ class _ProjectedSmoothedNLL(torch.autograd.Function):
             step = max(1, ONEDNN_BLOCK_BYTES // (4 * w.size(0))) if onednn else PRODUCT_ROWS
         for i in range(0, h.size(0), step):
             rows = slice(i, i + step)
-            if onednn:  # train.gemm's backend (train/gemm.py)
+            if onednn:  # train.gemm's backend (cpu/train_gemm.py)
                 table[rows] = onednn_linear(h[rows], w, b)
             elif b is None:
                 torch.mm(h[rows], w.t(), out=table[rows])
@@ -187,7 +187,7 @@ class _ProjectedSmoothedNLL(torch.autograd.Function):
             # opus-mt's 58,101 x 512 on a 2-core EPYC host, a sixth of the product)
             grad_h = onednn_linear(grad, w.t(), None) if ctx.onednn else torch.mm(grad, w)  # (N, D)
         if ctx.needs_input_grad[1]:
-            grad_w = torch.mm(grad.t(), h)  # (V, D), MKL for either backend, as train/gemm.py does
+            grad_w = torch.mm(grad.t(), h)  # (V, D), MKL for either backend, as cpu/train_gemm.py does
         if bias_dtype is not None and ctx.needs_input_grad[2]:
             grad_b = grad.float().sum(0)  # (V,)
         # scaled in float32 (a bf16 product is rounded once, as autograd's cast back did), in the inputs' dtypes

@@ -21,10 +21,11 @@ from typing import IO, Any
 
 import yaml
 
-from .. import __version__, faults
+from .. import faults
 from ..io import write_atomic
 from ..parse.tokenizer import SOURCE_FILE, TARGET_FILE, WORDS_FILE
 from ..recipe import Recipe
+from ..version import __version__
 
 RECORD, LOCK, RECIPE, RESOLVED = "run.json", ".aiayn.lock", "recipe.yaml", "recipe.resolved.yaml"
 PARSER_VOCABULARIES = (SOURCE_FILE, WORDS_FILE, TARGET_FILE)  # a parsing run's tokenizer (parse/tokenizer.py)

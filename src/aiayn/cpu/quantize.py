@@ -117,7 +117,7 @@ def quantize_int8(model: Transformer, release: Callable[[], None] | None = None)
     """The model with int8 weights, in place (eval mode, CPU only); it can no longer be trained.
 
     release, if given, is called after each block of the vocabulary and after each linear layer, once
-    their float weights are no longer needed: `aiayn.io.MappedReads.release`, so that loading holds
+    their float weights are no longer needed: `aiayn.cpu.memory.MappedReads.release`, so that loading holds
     at most one block or one layer's matrix in float32 besides the int8 weights.
     """
     if next(model.parameters()).device.type != "cpu":

@@ -22,7 +22,7 @@ from torch import Tensor, nn
 
 from ..model import DotProductAttention
 from . import gemv
-from .attention import OneQueryAttention, SourceAttention
+from .query_attention import OneQueryAttention, SourceAttention
 
 SOURCE = Path(__file__).with_name("attend.c")
 SYMBOLS = ("aiayn_attend_f32", "aiayn_source_attend_f32")

@@ -21,11 +21,12 @@ from functools import partial
 import torch
 from torch import Tensor, nn
 
-from ..io import MappedReads, Reader, read_safetensors
+from ..io import Reader, read_safetensors
 from ..model import DotProductAttention, OutputProjection, Transformer
-from .attention import OneQueryAttention, SourceAttention
 from .backend import layers_of, packs_vocabulary, use_onednn, uses_gemv
+from .memory import MappedReads
 from .projection import BufferedProjection
+from .query_attention import OneQueryAttention, SourceAttention
 from .vocabulary import is_packed, pack_vocabulary
 
 

@@ -62,7 +62,7 @@ def pack_vocabulary(model: Transformer, rows: int, release: Callable[[], None] |
     embeddings that share it (§3.4) reading their rows from the packing. False, and the model unchanged,
     where this PyTorch cannot pack it or its packed layout is not one `packed.py` reads.
 
-    release, if given, is called after each block of rows is packed: `aiayn.io.MappedReads.release`, so
+    release, if given, is called after each block of rows is packed: `aiayn.cpu.memory.MappedReads.release`, so
     that a matrix mapped from its file is never all in memory beside its packing (`layout.reader`).
     """
     matrix = model.output_proj.matrix  # (V, D): the target embedding's when tied

@@ -19,7 +19,7 @@ ship one of the two). `on_huge_pages(model)` puts the model's weights there:
   second name, one the caller keeps) stays where it is: moving it would leave two copies.
 
 Values, shapes and dtypes do not change, so a model's outputs are the same bit for bit. Tensors still in a
-mapped file (`io.MappedReads` before `detach`) are left alone. Nothing is done off Linux (x86-64, AArch64 with
+mapped file (`memory.MappedReads` before `detach`) are left alone. Nothing is done off Linux (x86-64, AArch64 with
 4 KiB pages), on other devices, where transparent huge pages are "never" (for the system or, by prctl, for
 this process), or with AIAYN_HUGE_PAGES=0; and it never raises (no memory for the new mapping: the weights
 stay where they are, and `HugePages.why_not` says so). Saving one moved parameter alone with `torch.save`
@@ -41,7 +41,7 @@ from pathlib import Path
 import torch
 from torch import Tensor, nn
 
-from ..io import libc, mappings, trim_heap
+from .memory import libc, mappings, trim_heap
 
 MADV_HUGEPAGE, MADV_COLLAPSE = 14, 25  # Linux's asm-generic values (x86-64 and AArch64 use them)
 IN_PLACE_BYTES = 8 << 20  # from this size on a tensor is collapsed where it is, not copied
@@ -136,7 +136,7 @@ def _place(model: nn.Module, done: HugePages, ranges: list[tuple[int, int]]) -> 
         t, *others = on_it.values()
         nbytes = t.untyped_storage().nbytes()
         if _inside(address, files) or address in _AREAS:
-            continue  # a view of a mapped file (`io.MappedReads`, before `detach`), or already moved by a call before
+            continue  # a view of a mapped file (`memory.MappedReads`, before `detach`), or already moved by a call before
         if nbytes >= IN_PLACE_BYTES:
             _advise(address, nbytes, MADV_HUGEPAGE, huge)  # khugepaged's work, where MADV_COLLAPSE is unknown
             if _advise(address, nbytes, MADV_COLLAPSE, huge):

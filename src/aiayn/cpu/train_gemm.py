@@ -3,7 +3,7 @@
 Every linear layer goes through `F.linear`, which PyTorch's CPU build runs on MKL's sgemm; the
 pre-softmax projection is multiplied inside the training loss (train/loss.py), which takes the
 same backend by name. On some hosts oneDNN, which PyTorch also ships, multiplies the same
-float32 shapes much faster (decoding's case: aiayn.decode.backend; the rates of both are printed
+float32 shapes much faster (decoding's case: aiayn.cpu.backend; the rates of both are printed
 by benchmarks/gemm.py). Under `products("onednn")` each float32 `F.linear` on a CPU runs its
 forward product and the input's gradient on oneDNN, and the weight's gradient on MKL (its
 transposed operand would cost oneDNN a copy of the whole output gradient). The model code is
@@ -29,17 +29,8 @@ from torch import Tensor
 from torch.overrides import TorchFunctionMode
 
 from ..config import ModelConfig
-from ..decode.backend import (
-    LAYER_BACKENDS as BACKENDS,
-)
-from ..decode.backend import (
-    best_seconds,
-    forced,
-    layers_of,
-    onednn_available,
-    onednn_linear,
-    rank_zeros,
-)
+from .backend import LAYER_BACKENDS as BACKENDS
+from .backend import best_seconds, forced, layers_of, onednn_available, onednn_linear, rank_zeros
 
 CHOICES = ("auto", *BACKENDS)
 MIN_GAIN = 1.10  # auto takes oneDNN only when MKL takes at least this much longer

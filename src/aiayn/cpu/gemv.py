@@ -35,7 +35,7 @@ import torch
 from torch import Tensor, nn
 
 from ..files import temporary_beside
-from ..io import mappings
+from .memory import mappings
 from .projection import BufferedProjection
 
 SOURCE = Path(__file__).with_name("gemv.c")

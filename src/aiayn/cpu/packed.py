@@ -180,7 +180,7 @@ def pack_float32(
     The layout is found on a small matrix of the same width packed by oneDNN (every row read back).
     The vocabulary's packing is then made from an untouched matrix (its pages never become the
     process's memory) and filled rows_at_once rows at a time, release (if given) called after each,
-    so that a memory-mapped weight is never all in memory beside its packing (`aiayn.io.MappedReads`).
+    so that a memory-mapped weight is never all in memory beside its packing (`aiayn.cpu.memory.MappedReads`).
     Last, a product with the packing must match the same product with weight.
     """
     if not float32_available() or weight.dtype != torch.float32 or weight.dim() != 2:

@@ -40,13 +40,13 @@ import torch.distributed as dist
 from torch import Tensor, nn
 
 from ..config import ModelConfig
-from ..io import trim_heap
 from ..model import OutputProjection
-from ..onednn_caches import set_caches
 from . import gemv
+from .memory import trim_heap
+from .onednn_caches import set_caches
 from .packed import float32_available, reorder_float32
 
-LAYER_BACKENDS = ("mkl", "onednn")  # what runs the linear layers (training's choice too: train/gemm.py)
+LAYER_BACKENDS = ("mkl", "onednn")  # what runs the linear layers (training's choice too: cpu/train_gemm.py)
 BACKENDS = (*LAYER_BACKENDS, "mkl+packed", "onednn+packed", "onednn+gemv")
 ENV = "AIAYN_GEMM"
 # oneDNN is taken only where its products measure at least this much faster than MKL's. The products
@@ -105,7 +105,7 @@ def onednn_linear(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
     return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
 
 
-# oneDNN's two kernel caches (`aiayn.onednn_caches`) for a process that only translates. When sentences end at
+# oneDNN's two kernel caches (`aiayn.cpu.onednn_caches`) for a process that only translates. When sentences end at
 # their own lengths, a batch's row count falls step by step to 1, and each count compiles the step's products
 # anew: with 16 entries batches of 32 peaked about 9% lower than with 64 (greedy 482-499 against 522-553 MiB above
 # the start, the same time in the medians; beam 4 775-822 against 828-932, 2.4% slower in them, for a reason not
