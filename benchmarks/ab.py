@@ -30,8 +30,12 @@ import json, sys, time, torch
 from aiayn.config import DecodeConfig, ModelConfig
 from aiayn.decode.beam import beam_search
 from aiayn.decode.greedy import greedy_hypotheses
-from aiayn.cpu.layout import for_decoding
-from aiayn.decode.step import TransformerStep
+try:
+    from aiayn.cpu.layout import for_decoding
+    from aiayn.cpu.step import CpuStep as Step
+except ImportError:  # a checkout from before aiayn.cpu
+    from aiayn.decode.layout import for_decoding
+    from aiayn.decode.step import TransformerStep as Step
 from aiayn.model import Transformer
 from aiayn.train.loss import label_smoothed_nll
 from aiayn.train.schedule import rate
@@ -46,7 +50,7 @@ if any(j != "train" for j in jobs):
                          sinusoid_layout="halves", final_logits_bias=True, pad_id=PAD, bos_id=PAD, eos_id=EOS,
                          unk_id=1, max_len=512)
     model = for_decoding(Transformer(config))
-    class NoEos(TransformerStep):
+    class NoEos(Step):
         def step(self, tokens, cache):
             log_probs, cache = super().step(tokens, cache)
             log_probs[:, EOS] = float("-inf")
@@ -88,7 +92,10 @@ if "train" in jobs:
     times["train"] = timed_steps(one_step, 3)
 if "train-m30k" in jobs:  # the Multi30k recipe's step: bf16 autocast where native, the loop's own contexts
     from aiayn.data.batching import Batch
-    from aiayn.cpu import train_gemm as gemm, train_attention as kernels
+    try:
+        from aiayn.cpu import train_gemm as gemm, train_attention as kernels
+    except ImportError:  # a checkout from before aiayn.cpu
+        from aiayn.train import gemm, kernels
     from aiayn.train import precision
     try:
         from aiayn.train.loop import forward_context

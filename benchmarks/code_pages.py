@@ -18,7 +18,7 @@ own is left alone) and a stage runs, and /proc/self/smaps says how much came bac
   first (/proc/self/clear_refs; the mapped pages stay mapped), then smaps' Referenced. The kernel maps code in
   blocks around each page a call faults in (its fault-around, 64 KiB by default), so the warm pass's figure
   counts the pages next to the ones decoding runs, and this one the pages it runs;
-- aiayn only, "the encoder alone": `TransformerStep.start` for each batch (the encoder, the encoder-decoder
+- aiayn only, "the encoder alone": `CpuStep.start` for each batch (the encoder, the encoder-decoder
   attention's keys and values, the empty caches);
 - aiayn only, "the steps and search alone": dropped again as each batch's `start` returns, so the figure is
   what the last batch's decoder steps and search paged in on their own;
@@ -141,9 +141,9 @@ def worker(engine: str, job: str, sentences: int, work: Path, ops: bool) -> None
     if kind == "aiayn":
         import torch
 
-        from aiayn.decode.step import TransformerStep
+        from aiayn.cpu.step import CpuStep
 
-        step = TransformerStep(translate.model)
+        step = CpuStep(translate.model)
 
         def encoder() -> None:
             with torch.inference_mode():  # as the searches run it
@@ -151,18 +151,18 @@ def worker(engine: str, job: str, sentences: int, work: Path, ops: bool) -> None
                     step.start(bench.padded(batch))
 
         stage("the encoder alone", encoder)
-        start = TransformerStep.start
+        start = CpuStep.start
 
         def start_then_drop(self, *args, **kwargs):
             state = start(self, *args, **kwargs)
             drop(library)
             return state
 
-        TransformerStep.start = start_then_drop
+        CpuStep.start = start_then_drop
         try:
             stage("the steps and search alone", lambda: [translate(batch) for batch in job_batches])
         finally:
-            TransformerStep.start = start
+            CpuStep.start = start
         if ops:
             with torch.inference_mode():  # as decoding calls them
                 calls = operations()

@@ -41,7 +41,7 @@ def load_sampler(samples: list[float], stop: threading.Event) -> None:
 
 def decoder_name() -> str:
     try:
-        from aiayn.decode.translate import Translator  # noqa: F401
+        from aiayn.translator import Translator  # noqa: F401
 
         return "beam search (Translator)"
     except ImportError:
@@ -128,8 +128,8 @@ def trained_minutes(out: Path) -> float:
 def validation_bleu(model_dir: Path, recipe) -> float | None:
     """sacreBLEU of the run's final model on the recipe's validation set, decoded as the test set is."""
     from aiayn.data.corpus import find_file, read_parallel
-    from aiayn.decode.translate import Translator
     from aiayn.train.validate import sacrebleu_score
+    from aiayn.translator import Translator
 
     d = recipe.data
     if not d.valid:

@@ -80,14 +80,14 @@ def own_lengths_job(work: Path, search: str, sentences: int = 128) -> list[tuple
     import json
 
     from aiayn.config import DecodeConfig
+    from aiayn.cpu.step import CpuStep
     from aiayn.decode.beam import beam_search
     from aiayn.decode.greedy import greedy_hypotheses
-    from aiayn.decode.step import TransformerStep
 
     beam = 4 if search == "beam4" else 1
     start = bench.resident_mib("VmRSS")
     sources = json.loads((work / "sources.json").read_text())[:sentences]
-    step = TransformerStep(bench.run_aiayn(work, beam, 32, sources, False).model)
+    step = CpuStep(bench.run_aiayn(work, beam, 32, sources, False).model)
     config = DecodeConfig(beam_size=beam, alpha=1.0, length_penalty="power", extra_len=50)
     run = beam_search if beam > 1 else greedy_hypotheses
     run(step, bench.padded([s[:8] + [bench.EOS] for s in sources[:4]]), config)  # warm-up, as translate.py's

@@ -206,11 +206,11 @@ def forced_search(model, beam: int):
     output forced to exactly `OUT_LEN` tokens (</s> banned until then, as HF's min_new_tokens and CTranslate2's
     min_decoding_length); model's eos_id must be `EOS`."""
     from aiayn.config import DecodeConfig
+    from aiayn.cpu.step import CpuStep
     from aiayn.decode.beam import beam_search
     from aiayn.decode.greedy import greedy_hypotheses
-    from aiayn.decode.step import TransformerStep
 
-    class NoEos(TransformerStep):
+    class NoEos(CpuStep):
         def step(self, tokens, cache):
             log_probs, cache = super().step(tokens, cache)
             log_probs[:, EOS] = float("-inf")

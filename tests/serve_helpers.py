@@ -14,9 +14,9 @@ from typing import Any
 
 import uvicorn
 
-from aiayn.decode.translate import Translator
 from aiayn.serve.app import build_app
 from aiayn.serve.limits import Limits
+from aiayn.translator import Translator
 from test_translate import build_tiny_model_dir
 
 RUN_RESULTS = {"test_bleu": 12.5, "matmul_flops": 3.2e15, "test": "test_2016_flickr", "steps": 10}

@@ -16,9 +16,9 @@ from aiayn import ModelConfig, Transformer
 from aiayn.config import DecodeConfig
 from aiayn.cpu import attend
 from aiayn.cpu.quantize import quantize_int8
+from aiayn.cpu.step import CpuStep
 from aiayn.decode.beam import beam_search
 from aiayn.decode.greedy import greedy_hypotheses
-from aiayn.decode.step import TransformerStep
 
 pytestmark = pytest.mark.skipif(
     not shutil.which(os.environ.get("CC") or "cc"), reason="no C compiler: the caches are copied"
@@ -70,11 +70,11 @@ def test_the_source_kernel_is_pytorchs_attention_over_the_unpadded_positions(B, 
         attend.source(q, k, v, mask[:, :, :, :-1])
 
 
-def copy_and_table(model: Transformer) -> tuple[TransformerStep, TransformerStep]:
+def copy_and_table(model: Transformer) -> tuple[CpuStep, CpuStep]:
     """Two step models of one model: one copies the caches on reordering, one reads them through its row table."""
-    copying, through_table = TransformerStep(model), TransformerStep(model)
-    copying.own_attention = lambda memory: False
-    assert through_table.own_attention(torch.empty(0)), attend.why_not()
+    copying, through_table = CpuStep(model), CpuStep(model)
+    copying.uses_row_table = lambda memory: False
+    assert through_table.uses_row_table(torch.empty(0)), attend.why_not()
     return copying, through_table
 
 
@@ -148,16 +148,16 @@ def test_other_attention_modules_or_no_kernel_keep_the_copies(monkeypatch):
         pass
 
     model.decoder.layers[1].self_attn.attention = Scaled().eval()  # a module of the user's own: it runs as it is
-    assert not TransformerStep(model).own_attention(memory)
+    assert not CpuStep(model).uses_row_table(memory)
     model = Transformer(ModelConfig.preset("tiny", vocab_size=40)).eval()
     model.decoder.layers[0].cross_attn.attention.register_forward_hook(lambda *a: None)
-    assert not TransformerStep(model).own_attention(memory)
+    assert not CpuStep(model).uses_row_table(memory)
     model = Transformer(ModelConfig.preset("tiny", vocab_size=40)).eval()
-    assert TransformerStep(model).own_attention(memory)
-    assert not TransformerStep(model).own_attention(memory.double())  # float32 only
+    assert CpuStep(model).uses_row_table(memory)
+    assert not CpuStep(model).uses_row_table(memory.double())  # float32 only
     monkeypatch.setattr(attend, "kernel", lambda: None)
-    step = TransformerStep(model)
-    assert not step.own_attention(memory)
+    step = CpuStep(model)
+    assert not step.uses_row_table(memory)
     with torch.inference_mode():
         assert step.start(torch.randint(4, 40, (2, 5))).caches[0].table is None
 
@@ -167,9 +167,9 @@ def test_without_a_compiler_the_caches_are_copied_and_it_says_why(tmp_path):
 import torch
 from aiayn import ModelConfig, Transformer
 from aiayn.cpu import attend
-from aiayn.decode.step import TransformerStep
+from aiayn.cpu.step import CpuStep
 print(attend.why_not())
-step = TransformerStep(Transformer(ModelConfig.preset("tiny", vocab_size=40)).eval())
+step = CpuStep(Transformer(ModelConfig.preset("tiny", vocab_size=40)).eval())
 with torch.inference_mode():
     print(step.start(torch.randint(4, 40, (2, 5))).caches[0].table)
 """
@@ -182,7 +182,7 @@ with torch.inference_mode():
 
 def test_a_step_must_bring_one_row_per_live_hypothesis():
     model = Transformer(ModelConfig.preset("tiny", vocab_size=40)).eval()
-    step = TransformerStep(model)
+    step = CpuStep(model)
     with torch.inference_mode():
         _, state = step.step(torch.ones(2, 1, dtype=torch.long), step.start(torch.randint(4, 40, (2, 5))))
         state = state.index_select(torch.tensor([1, 0, 0, 1]))  # widened to 4 rows
@@ -220,7 +220,7 @@ def test_under_autocast_or_another_default_dtype_the_step_still_decodes():
 def test_an_attention_module_swapped_in_after_a_start_runs():
     torch.manual_seed(0)
     model = Transformer(ModelConfig.preset("tiny", vocab_size=40)).eval()
-    step, src = TransformerStep(model), torch.randint(4, 40, (2, 5))
+    step, src = CpuStep(model), torch.randint(4, 40, (2, 5))
     calls = []
 
     class Counting(type(model.decoder.layers[0].cross_attn.attention)):

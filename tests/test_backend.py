@@ -15,11 +15,11 @@ from aiayn import ModelConfig, Transformer
 from aiayn.cpu import backend, gemv
 from aiayn.cpu.onednn_caches import ONEDNN_CACHE_ENTRIES
 from aiayn.cpu.packed import pack_float32
+from aiayn.cpu.step import CpuStep
 from aiayn.cpu.vocabulary import PackedProjection
 from aiayn.data.corpus import read_lines
-from aiayn.decode.step import TransformerStep
-from aiayn.decode.translate import Translator
 from aiayn.io import save_model
+from aiayn.translator import Translator
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k"
 pytestmark = pytest.mark.skipif(not backend.onednn_available(), reason="this PyTorch build has no oneDNN")
@@ -46,7 +46,7 @@ def test_each_backend_forced_gives_the_same_translations_and_logits(model_dir, m
     sentences = read_lines(DATA / "test_2016_flickr.en.gz")[:40]
     translators = {name: Translator.load(model_dir, gemm=name) for name in BACKENDS}
     assert {name: t.gemm for name, t in translators.items()} == {name: name for name in BACKENDS}
-    assert all(TransformerStep(t.model).lean for t in translators.values())  # a step without training's wrappers
+    assert all(CpuStep(t.model).lean for t in translators.values())  # a step without training's wrappers
     assert type(translators["onednn"].model.output_proj) is backend.OneDnnProjection
     assert type(translators["onednn"].model.encoder.layers[0].ffn.fc1) is backend.OneDnnLinear
     for name in ("mkl+packed", "onednn+packed"):  # the vocabulary held once, packed: the embeddings read it

@@ -389,7 +389,7 @@ def test_translator_is_importable_from_the_package():
     from aiayn import ModelConfig as config
     from aiayn import Transformer as model
     from aiayn import Translator
-    from aiayn.decode.translate import Translator as translator
+    from aiayn.translator import Translator as translator
 
     assert Translator is translator and config is ModelConfig and model is Transformer
 

@@ -14,8 +14,8 @@ import torch.nn.functional as F
 
 from aiayn import evaluate
 from aiayn.cli import main
-from aiayn.decode.translate import Translator
 from aiayn.io import load_model
+from aiayn.translator import Translator
 from test_translate import build_tiny_model_dir, data_dir  # noqa: F401  (a fixture)
 
 

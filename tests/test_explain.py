@@ -12,9 +12,9 @@ from aiayn.config import DecodeConfig
 from aiayn.decode.beam import beam_search
 from aiayn.decode.explain import beam_tree
 from aiayn.decode.step import as_step_model
-from aiayn.decode.translate import Translator
 from aiayn.serve.explain import Inspector
 from aiayn.serve.limits import ExplainRequest
+from aiayn.translator import Translator
 from test_marian import build_marian
 from test_translate import build_tiny_model_dir, data_dir  # noqa: F401  (a fixture)
 

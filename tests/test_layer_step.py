@@ -12,7 +12,7 @@ from aiayn import ModelConfig, Transformer
 from aiayn.cpu import backend, layer_step
 from aiayn.cpu.layout import for_decoding
 from aiayn.cpu.quantize import quantize_int8
-from aiayn.decode.step import TransformerStep
+from aiayn.cpu.step import CpuStep
 from aiayn.model.attention import ConcatCache
 
 # Every backend this host can run: aiayn's own product needs a C compiler, the rest PyTorch with oneDNN.
@@ -57,7 +57,7 @@ def test_the_step_without_wrappers_gives_the_models_logits(gemm, hypotheses):
         quantize_int8(model)
     elif gemm is not None:
         for_decoding(model, gemm)
-    assert TransformerStep(model).lean  # the modules decode/ puts in place do not keep a step from it
+    assert CpuStep(model).lean  # the modules decode/ puts in place do not keep a step from it
     src = torch.randint(4, 40, (2, 7))
     src[1, 4:] = cfg.pad_id  # a padded source: the encoder-decoder attention's mask matters
     tokens = torch.randint(4, 40, (2 * hypotheses, 6))
@@ -73,7 +73,7 @@ def test_the_search_takes_it_at_one_new_position_outside_training(monkeypatch):
     assert not layer_step.applies(model.train(), one)
     model.eval()
     # What it repeats must be the model's own modules, unhooked and not training: else the model's step runs.
-    assert layer_step.fits(model) and TransformerStep(model).lean
+    assert layer_step.fits(model) and CpuStep(model).lean
     model.decoder.layers[1].ffn.dropout.train()  # dropout kept on at inference
     assert not layer_step.fits(model)
     model.eval()
@@ -90,7 +90,7 @@ def test_the_search_takes_it_at_one_new_position_outside_training(monkeypatch):
     assert layer_step.fits(model)
     calls = []
     monkeypatch.setattr(layer_step, "decode_step", lambda *a: calls.append(a) or model.decode_step(*a[1:]))
-    step = TransformerStep(model)
+    step = CpuStep(model)
     with torch.inference_mode():
         step.step(torch.full((2, 1), model.config.bos_id), step.start(torch.randint(4, 30, (2, 5))))
     assert len(calls) == 1

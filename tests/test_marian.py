@@ -200,7 +200,7 @@ def test_greedy_and_beam_translations_equal_generate(marian_dir, sentences):
     assert ours_beam != ours_greedy  # beam search did something greedy did not
     texts = [tokenizer.decode(h) for h in ours_beam]
     assert texts == hf_tok.batch_decode(hf_beam, skip_special_tokens=True, use_source_tokenizer=False)
-    from aiayn.decode.translate import Translator  # `aiayn translate --model DIR`: batches sorted by length
+    from aiayn.translator import Translator  # `aiayn translate --model DIR`: batches sorted by length
 
     assert Translator.load(marian_dir).translate(sentences) == texts
 
@@ -208,7 +208,7 @@ def test_greedy_and_beam_translations_equal_generate(marian_dir, sentences):
 def test_encoder_and_decoder_of_different_widths_and_head_counts_equal_generate(tmp_path, sentences):
     """A Marian configuration whose stacks differ (issue 12): per-stack sizes load, translate as generate does."""
     from aiayn.decode.beam import beam_search
-    from aiayn.decode.translate import Translator
+    from aiayn.translator import Translator
 
     d = build_marian(
         tmp_path / "stacks",
@@ -477,7 +477,7 @@ train: {{batch_tokens: 1024, warmup_steps: 8, lr_factor: 1.0, max_steps: 15, eva
     assert tuned.config == model.config  # the same architecture and vocabulary
     after = validation_nll(tuned, tokenizer)
     assert after < 0.8 * before and after < math.log(model.config.vocab_size), (before, after)  # below uniform
-    from aiayn.decode.translate import Translator  # the fine-tuned model keeps the Marian tokenizer
+    from aiayn.translator import Translator  # the fine-tuned model keeps the Marian tokenizer
 
     texts = read_lines("val.en.gz", 8)
     assert Translator.load(tmp_path / "run" / "model").translate(texts) == Translator(tuned, tokenizer).translate(texts)
@@ -552,7 +552,7 @@ def test_separate_vocabularies_and_an_untied_output_layer(marian_dir, sentences,
 def test_int8_translator_on_a_marian_directory_stays_close_to_float32(marian_dir, sentences):
     """--int8 on a Marian checkpoint (with a non-zero final_logits_bias): one int8 vocabulary, close output."""
     from aiayn.cpu.quantize import Int8Projection
-    from aiayn.decode.translate import Translator
+    from aiayn.translator import Translator
 
     plain, int8 = Translator.load(marian_dir), Translator.load(marian_dir, int8=True)
     assert isinstance(int8.model.output_proj, Int8Projection) and int8.model.output_proj.bias is not None

@@ -15,8 +15,8 @@ from aiayn import ModelConfig, Transformer
 from aiayn.cpu import pages
 from aiayn.cpu.layout import column_major, for_decoding
 from aiayn.data.corpus import read_lines
-from aiayn.decode.translate import Translator
 from aiayn.io import save_model
+from aiayn.translator import Translator
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k"
 needs_huge_pages = pytest.mark.skipif(pages.why_not() is not None, reason=f"no huge pages here: {pages.why_not()}")

@@ -14,12 +14,18 @@ import torch
 from aiayn.config import DecodeConfig, ModelConfig
 from aiayn.cpu import packed
 from aiayn.cpu.quantize import Int8Embedding, Int8Vocabulary, quantize_int8
+from aiayn.cpu.step import CpuStep
 from aiayn.decode.beam import beam_search
-from aiayn.decode.step import TransformerStep
 from aiayn.io import save_model
 from aiayn.model import Transformer
 
-ONEDNN = pytest.param(True, marks=pytest.mark.skipif(not packed.available(), reason="no oneDNN int8 ops in this build"))
+# oneDNN's int8 packing, where aiayn reads its layout back: not on every CPU (an AVX2-only one packs otherwise, and
+# the vocabulary stays in plain rows there).
+PACKS = (
+    packed.available()
+    and packed.pack(torch.arange(256 * 64).remainder(255).sub(127).to(torch.int8).view(256, 64)) is not None
+)
+ONEDNN = pytest.param(True, marks=pytest.mark.skipif(not PACKS, reason="no oneDNN int8 packing aiayn reads here"))
 
 
 @pytest.mark.parametrize("onednn", [ONEDNN, False], ids=["packed", "plain"])
@@ -59,8 +65,8 @@ def test_vocabulary_product_is_int8_times_int8_then_the_two_scales(onednn):
 
 def test_packed_and_plain_vocabularies_give_the_same_logits_and_translations():
     """The oneDNN packing changes where the matrix lives and how fast it multiplies, not the results."""
-    if not packed.available():
-        pytest.skip("no oneDNN int8 ops in this build")
+    if not PACKS:
+        pytest.skip("no oneDNN int8 packing aiayn reads here")
     torch.manual_seed(0)
     model = Transformer(ModelConfig.preset("tiny", vocab_size=200)).eval()
     src = torch.randint(4, 200, (4, 9))
@@ -75,9 +81,7 @@ def test_packed_and_plain_vocabularies_give_the_same_logits_and_translations():
     )
     with torch.inference_mode():
         logits = {k: m(src, src) for k, m in models.items()}
-        hyps = {
-            k: beam_search(TransformerStep(m), src, DecodeConfig(beam_size=3, max_len=10)) for k, m in models.items()
-        }
+        hyps = {k: beam_search(CpuStep(m), src, DecodeConfig(beam_size=3, max_len=10)) for k, m in models.items()}
     torch.testing.assert_close(logits[True], logits[False], rtol=1e-5, atol=1e-5)
     assert [[h.tokens for h in s] for s in hyps[True]] == [[h.tokens for h in s] for s in hyps[False]]
 
@@ -112,7 +116,7 @@ def test_quantized_model_keeps_no_float_vocabulary_matrix(share):
 def test_int8_decoding_writes_the_logits_into_the_step_buffer():
     model = quantize_int8(Transformer(ModelConfig.preset("tiny", vocab_size=100)).eval())
     src = torch.randint(4, 100, (2, 6))
-    step = TransformerStep(model)
+    step = CpuStep(model)
     with torch.inference_mode():
         log_probs, _ = step.step(torch.full((2, 1), model.config.bos_id), step.start(src))
         assert log_probs.data_ptr() == model.output_proj.logits.buffer.data_ptr()
@@ -121,7 +125,9 @@ def test_int8_decoding_writes_the_logits_into_the_step_buffer():
         logits = model.decode_step(
             torch.full((2, 1), model.config.bos_id), state.memory_kv, state.src_mask, state.caches
         )
-        assert torch.equal(log_probs, logits.log_softmax(-1))
+        # the same maths; int8's dynamic products may round the (N, D) rows of the lean step and the (N, 1, D) of
+        # decode_step apart by a float32 ulp on some CPUs (AVX2)
+        torch.testing.assert_close(log_probs, logits.log_softmax(-1), rtol=0, atol=1e-5)
         hyps = beam_search(step, src, DecodeConfig(beam_size=3, max_len=8))
     assert len(hyps) == 2 and all(h and h[0].tokens for h in hyps)
 
@@ -165,5 +171,5 @@ def test_int8_loading_never_holds_the_float_vocabulary(tmp_path):
     )
     assert done.returncode == 0, done.stderr
     float_matrix = 320_000 * config.d_model * 4
-    int8_copies = 2 if packed.available() else 1
+    int8_copies = 2 if packed.available() else 1  # packed, or packed and found unreadable (AVX2)
     assert int(done.stdout.split()[-1]) < (0.25 * int8_copies + 0.25) * float_matrix

@@ -23,10 +23,10 @@ from safetensors.torch import save_file
 from aiayn.cli.translate import translate_stream
 from aiayn.config import DecodeConfig, ModelConfig
 from aiayn.cpu.memory import MappedReads
-from aiayn.decode.translate import Translator
 from aiayn.io import DTYPES, load_model, read_safetensors, save_model
 from aiayn.model import Transformer
 from aiayn.recipe import SECTIONS, load_recipe
+from aiayn.translator import Translator
 from test_errors import model_dir, multi30k_lines, vocab  # noqa: F401  (module fixtures)
 
 PROPERTY = settings(

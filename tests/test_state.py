@@ -10,14 +10,14 @@ import torch
 
 from aiayn import ModelConfig, Transformer
 from aiayn.config import DecodeConfig
+from aiayn.cpu.step import CpuStep
 from aiayn.decode.beam import beam_search
 from aiayn.decode.state import UsedState
-from aiayn.decode.step import TransformerStep
 
 
 def test_a_used_up_state_raises_instead_of_reading_garbage():
     model = Transformer(ModelConfig.preset("tiny", vocab_size=30)).eval()
-    step = TransformerStep(model)
+    step = CpuStep(model)
     src = torch.randint(4, 30, (3, 7))
     with torch.inference_mode():
         first = step.start(src)
@@ -54,7 +54,7 @@ def test_other_head_and_stack_sizes_decode_as_they_are_trained(sizes):
     with torch.inference_mode():
         out = model(src, tgt, return_attention=True)
         assert out.attention.decoder[0].shape == (2, dec.heads, 5, 5)
-        step = TransformerStep(model)
+        step = CpuStep(model)
         state, steps = step.start(src), []
         for t in range(tgt.size(1)):
             log_probs, state = step.step(tgt[:, t : t + 1], state)
@@ -76,14 +76,14 @@ def test_stack_shapes_follow_the_paper_unless_set():
 HEAP_SETUP = r"""
 import torch
 from aiayn import ModelConfig, Transformer
-from aiayn.decode.step import TransformerStep
+from aiayn.cpu.step import CpuStep
 
 def resident():  # MiB, now
     for line in open("/proc/self/status"):
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) / 1024
 
-step = TransformerStep(Transformer(ModelConfig.preset("tiny", vocab_size=30)).eval())
+step = CpuStep(Transformer(ModelConfig.preset("tiny", vocab_size=30)).eval())
 src = torch.randint(4, 30, (2, 5))
 torch.inference_mode().__enter__()
 step.start(src)  # warm-up: the code and the model's pages are in

@@ -392,7 +392,7 @@ def test_tiny_run_learns_and_writes_a_model_directory(tmp_path):
     vocab = Vocab.load(tmp_path / "model" / "spm.model")
     assert vocab.proto == (tmp_path / "spm.model").read_bytes()
     # the recipe's search is the model's default (tiny.yaml: greedy), and an option still overrides it
-    from aiayn.decode.translate import Translator
+    from aiayn.translator import Translator
 
     translator = Translator.load(tmp_path / "model", gemm="mkl")
     assert (translator.config.beam_size, translator.config.alpha) == (1, 0.9)

@@ -15,9 +15,9 @@ import torch
 from aiayn.cli import main
 from aiayn.config import DecodeConfig, ModelConfig
 from aiayn.data.vocab import Vocab
-from aiayn.decode.translate import SentenceTooLong, Translator
 from aiayn.io import save_model
 from aiayn.model import Transformer
+from aiayn.translator import SentenceTooLong, Translator
 
 MAX_LEN = 96
 
@@ -198,9 +198,9 @@ def test_int8_translator_loads_mapped_weights_into_the_same_model(model_dir):
         expected = quantize_int8(load_model(model_dir))(src, tgt)
         translator = Translator.load(model_dir, int8=True)
         assert torch.equal(translator.model(src, tgt), expected)
-    from aiayn.decode.step import TransformerStep
+    from aiayn.cpu.step import CpuStep
 
-    assert TransformerStep(translator.model).lean  # its steps without training's wrappers (cpu/layer_step.py)
+    assert CpuStep(translator.model).lean  # its steps without training's wrappers (cpu/layer_step.py)
     gc.collect()
     maps = Path("/proc/self/maps")  # Linux: the file is unmapped once no tensor of the model views it
     assert not maps.exists() or str(model_dir / "model.safetensors") not in maps.read_text()
@@ -226,9 +226,9 @@ def test_int8_stays_close_to_float32(model_dir, tmp_path):
 
 
 def test_the_heap_is_given_back_once_the_last_batch_is_done(model_dir, monkeypatch):
-    """translate ends by returning the C heap's free memory (`io.trim_heap`), once no decoder state is left: a server
+    """translate ends by returning the C heap's free memory (`cpu.memory.trim_heap`), once no decoder state is left: a server
     between requests does not hold its last batch's caches."""
-    from aiayn.decode import translate as translate_module
+    from aiayn import translator as translate_module
     from aiayn.decode.state import DecoderState
     from aiayn.decode.step import TransformerStep
 

@@ -52,7 +52,7 @@ def test_shares_of_n_best_lines_interleave_into_the_single_process_output(tmp_pa
 
     from aiayn.cli.translate import translate_stream
     from aiayn.cli.translate_ranks import translate_share
-    from aiayn.decode.translate import Translator
+    from aiayn.translator import Translator
 
     translator = Translator.load(build_tiny_model_dir(tmp_path / "model", data_dir), beam_size=2, n_best=2)
     block = LINES[:5]

@@ -10,7 +10,7 @@ __all__ = ["DecodeConfig", "ModelConfig", "Transformer", "Translator", "__versio
 def __getattr__(name: str):
     """`from aiayn import Translator`, imported on first use (it brings in the search and Marian code)."""
     if name == "Translator":
-        from .decode.translate import Translator
+        from .translator import Translator
 
         return Translator
     raise AttributeError(f"module 'aiayn' has no attribute {name!r}")

@@ -57,9 +57,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..cpu.backend import caches_for_translation
-    from ..decode.translate import Translator
     from ..serve.app import build_app, is_local_name
     from ..serve.connections import SPARE_FILES, QuietServer, allowed_connections, raise_file_limit
+    from ..translator import Translator
 
     refuse_a_parser(args.model, "aiayn serve")
     raise_file_limit()  # a soft limit of 1,024 files would cap the connections far below the hard limit

@@ -87,7 +87,7 @@ def load_translator(args: argparse.Namespace):
     import torch
 
     from ..cpu.backend import caches_for_translation
-    from ..decode.translate import Translator, check_device
+    from ..translator import Translator, check_device
 
     check_device(args.device, "--device")
     refuse_a_parser(args.model, f"aiayn {getattr(args, 'command', None) or 'translate'}")
@@ -156,7 +156,7 @@ def each_block(stream: BinaryIO, name: str, out: TextIO, write: Callable[[list[s
 
     A line too long for the model is an error naming its line number in the file.
     """
-    from ..decode.translate import SentenceTooLong
+    from ..translator import SentenceTooLong
 
     done = 0
     for block in chunks(read_lines(stream, name), CHUNK):

@@ -66,7 +66,7 @@ def translate_share(
     translator, block: list[str], share: list[int], done: int, n_best: int | None
 ) -> tuple[list[str], tuple[int, str] | None]:
     """The output text of each line of block in share (n_best lines each with --n-best), or an error."""
-    from ..decode.translate import SentenceTooLong
+    from ..translator import SentenceTooLong
 
     lines = [block[j] for j in share]
     try:

@@ -2,9 +2,23 @@
 
 Nothing here changes what the model computes: each piece replaces a module or a product with one that
 computes the same function (to rounding) faster or in less memory on this machine's CPU. The rest of
-aiayn reaches it through `Translator.load` (decoding) and the training loop's step contexts.
+aiayn reaches it through a few calls:
+
+    step_model(model)        the step model decoding drives on this CPU (aiayn.decode.step's interface)
+    layout.for_decoding      a model's weights laid out for decoding (Translator.load calls it)
+    backend.choose           which library runs the float32 products, measured on the model's shapes
+
+and the training loop's step contexts (train_gemm, train_attention, dropout). The search itself
+(aiayn.decode) imports nothing from here.
 """
 
 from .onednn_caches import ONEDNN_CACHE_ENTRIES, set_caches
 
 set_caches(ONEDNN_CACHE_ENTRIES)  # oneDNN's kernel caches bounded before its first product (onednn_caches.py)
+
+
+def step_model(model):
+    """model (a Transformer) behind the step interface, with this CPU's faster step (`step.CpuStep`)."""
+    from .step import CpuStep
+
+    return CpuStep(model)

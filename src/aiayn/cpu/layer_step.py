@@ -83,7 +83,7 @@ def decode_step(
     """tokens (N, 1) -> logits (N, V) of the next token; each cache is given the new position (§3.2.3)."""
     decoder = model.decoder
     y = decoder.embed(tokens[:, 0]) + decoder.positions(1, caches[0].length)  # (N, D)
-    # Caches with a row table were made for aiayn's own attention kernels (`TransformerStep.own_attention`), which
+    # Caches with a row table were made for aiayn's own attention kernels (`CpuStep.uses_row_table`), which
     # take float32: under autocast the products give bfloat16, and the caches are read through their table instead.
     own = getattr(caches[0], "table", None) is not None and not torch.is_autocast_enabled("cpu")
     for layer, kv, cache in zip(decoder.layers, memory_kv, caches, strict=True):
@@ -102,7 +102,8 @@ def layer_step(
     new = KeyValue(attn.k_proj(y).view(N, h, 1, d_k), attn.v_proj(y).view(N, h, 1, d_v))
     q = attn.q_proj(y).view(N, h, d_k)
     if own:
-        out = cache.attend(q, new)  # (N, h * d_v), the cache read through its row table
+        cache.write(new)
+        out = attend.attend(q, cache.k, cache.v, cache.table.rows, cache.length)  # (N, h * d_v), through its table
     else:
         kv = cache.append(new)  # (N, h, t, d)
         out = attn.attention(q[:, :, None], kv.k, kv.v, None)[0].reshape(N, h * d_v)

@@ -8,7 +8,7 @@ rows on, for encoder-decoder attention from 2 queries a sentence (beam search) o
 (greedy). With fewer, the fused kernel is the faster and is kept. `for_decoding` puts these modules
 in place of the decoder's `DotProductAttention`s; the maths is eq. (1) either way
 (docs/translation.md has the measurements). Where aiayn's own kernels are built (`attend.py`), a step
-on the CPU runs those instead (`TransformerStep.own_attention`); these modules serve the rest.
+on the CPU runs those instead (`CpuStep.uses_row_table`); these modules serve the rest.
 """
 
 from __future__ import annotations

@@ -22,7 +22,6 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from ..cpu import attend
 from ..model import KeyValue
 
 
@@ -35,8 +34,8 @@ class RowTable:
 
     rows[j, n] is the row of the buffers where hypothesis n's position j was written. A new position is
     written at row n (rows[t, n] = n); reordering hypotheses gathers the first t positions of the table
-    (t x N integers) instead of copying t x N x h x d floats per buffer, and `attend.attend` reads
-    through it. The live hypotheses are the first N of the R columns.
+    (t x N integers) instead of copying t x N x h x d floats per buffer, and an attention kernel that reads
+    through it (aiayn.cpu's) finds each hypothesis's rows. The live hypotheses are the first N of the R columns.
     """
 
     def __init__(self, capacity: int, R: int, device: torch.device):
@@ -63,8 +62,8 @@ class KVBuffer:
 
     The buffers are time-major, (capacity, R, h, d), so positions 0..t-1 form one contiguous block:
     appending writes one slab, and with no `table` reordering hypotheses copies only the filled block.
-    With a table (`RowTable`, on CPUs where `attend.c` is built), reordering copies nothing, and
-    `attend` reads each hypothesis's rows through it. The capacity doubles when full (a GPU commits
+    With a table (`RowTable`, which a step model with such a kernel asks for), reordering copies nothing, and
+    the kernel reads each hypothesis's rows through it. The capacity doubles when full (a GPU commits
     all it allocates; on a CPU, pages past t are never touched).
     """
 
@@ -101,7 +100,7 @@ class KVBuffer:
 
     def append(self, new: KeyValue) -> KeyValue:
         """Write new (N, h, T, d) after the cached positions; return all of them, (N, h, t, d): views, or
-        with a table, the rows gathered through it (a copy; `attend` reads them in place)."""
+        with a table, the rows gathered through it (a copy; a kernel reading through the table needs none)."""
         self.write(new)
         t, N = self.length, self.rows
         if self.table is None:
@@ -113,12 +112,6 @@ class KVBuffer:
         """The keys and values at positions 0..t-1 of buffer rows rows (t, N'): (t, N', h, d) copies."""
         positions = torch.arange(rows.size(0), device=self.k.device)[:, None]  # (t, 1)
         return self.k[positions, rows], self.v[positions, rows]
-
-    def attend(self, q: Tensor, new: KeyValue) -> Tensor:
-        """Write new (N, h, 1, d) and return eq. (1) for q (N, h, d_k) over every position so far: (N, h * d_v).
-        Needs a table (and `attend.kernel()`)."""
-        self.write(new)
-        return attend.attend(q, self.k, self.v, self.table.rows, self.length)
 
 
 @dataclass

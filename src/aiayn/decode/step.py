@@ -19,8 +19,6 @@ import torch
 from torch import Tensor
 
 from ..config import DecodeConfig
-from ..cpu import attend, layer_step
-from ..cpu.memory import trim_heap
 from ..model import Transformer
 from ..model.attention import KeyValue
 from ..model.masks import padding_mask
@@ -45,7 +43,12 @@ class StepModel(Protocol):
 
 
 class TransformerStep:
-    """A `Transformer` behind the step interface, decoding incrementally (cached keys and values, §3.2.3)."""
+    """A `Transformer` behind the step interface, decoding incrementally (cached keys and values, §3.2.3).
+
+    This is the paper's path: every step runs the model's own `decode_step`. A step model made for a
+    particular machine (`aiayn.cpu.step_model`) subclasses it and replaces `logits` and `uses_row_table`
+    with ones that compute the same numbers faster.
+    """
 
     def __init__(self, model: Transformer):
         self.model = model
@@ -53,46 +56,30 @@ class TransformerStep:
         self.bos_id, self.eos_id, self.pad_id = cfg.bos_id, cfg.eos_id, cfg.pad_id
         self.banned = tuple(sorted({cfg.pad_id, cfg.bos_id}))
         self.max_len = cfg.max_len
-        self.lean = layer_step.fits(model)  # a step without training's wrappers, where it computes the same
 
     def start(self, src: Tensor, capacity: int = 64) -> DecoderState:
         """Run the encoder once: src (B, S) -> the decoder's state before any target token.
 
         The encoder keys/values of every decoder layer are computed here, once (§3.2.3); the
-        self-attention caches start with room for `capacity` positions and grow as needed. First the
-        C heap gives back what the last batch freed (`trim_heap`): glibc keeps freed blocks, and the
-        next batch's buffers, of other sizes, do not all fit in them, so over many batches the resident
-        memory crept up (docs/translation.md, "int8 greedy at batch 32, memory"); and again once the
-        encoder's activations are freed, so that they are not held through the batch ("And after the encoder").
+        self-attention caches start with room for `capacity` positions and grow as needed.
         """
-        trim_heap()
         memory, src_mask = self.encode_by_length(src)
         memory_kv = self.model.decoder.memory_kv(memory)
         for i in range(len(memory_kv)):  # as projected, (B, S, h, d) seen transposed: every step would read them
-            memory_kv[i] = KeyValue(*(t.contiguous() for t in memory_kv[i]))  # strided (`attention.SourceAttention`)
+            memory_kv[i] = KeyValue(*(t.contiguous() for t in memory_kv[i]))  # strided
         shape = self.model.config.decoder
         capacity = min(capacity, self.max_len)
-        table = RowTable(capacity, src.size(0), memory.device) if self.own_attention(memory) else None
+        table = RowTable(capacity, src.size(0), memory.device) if self.uses_row_table(memory) else None
         caches = [
             KVBuffer.empty(src.size(0), shape.heads, shape.d_k, shape.d_v, capacity, memory, table)
             for _ in range(shape.layers)
         ]
-        del memory
-        trim_heap()  # and what the encoder's activations freed, which the steps' small buffers would not reuse
         return DecoderState(src_mask, memory_kv, caches)
 
-    def own_attention(self, memory: Tensor) -> bool:
-        """Whether the steps' attention runs on aiayn's own kernels (`attend.py`): self-attention reading the caches
-        through a row table, so that reordering beams copies no cache, and encoder-decoder attention. That needs
-        the lean step (`layer_step`), the model's own attention modules as they are (checked at every `start`:
-        a module swapped in later runs), float32 on the CPU, and the kernels built. The state `start` makes says
-        so: its caches hold a row table."""
-        if memory.dtype != torch.float32 or memory.device.type != "cpu" or not self.lean:
-            return False
-        modules = [
-            m for layer in self.model.decoder.layers for m in (layer.self_attn.attention, layer.cross_attn.attention)
-        ]
-        return all(attend.takes(m) for m in modules) and attend.kernel() is not None
+    def uses_row_table(self, memory: Tensor) -> bool:
+        """Whether the caches reorder hypotheses through a `RowTable` rather than by copying rows: only for
+        an attention that reads the caches through it (none here)."""
+        return False
 
     def encode_by_length(self, src: Tensor, groups: int = 4) -> tuple[Tensor, Tensor]:
         """model.encode(src), the sentences encoded in groups of similar length, each cut to its longest.
@@ -118,17 +105,18 @@ class TransformerStep:
     def step(self, tokens: Tensor, cache: DecoderState) -> tuple[Tensor, DecoderState]:
         """tokens (N, 1) -> log-probabilities (N, V) of the next token, and the extended state.
 
-        The state passed in is used up. The log-probabilities are computed in place over the logits:
-        with `layout.for_decoding`'s projection that is a buffer the next step overwrites.
+        The state passed in is used up. The log-probabilities are computed in place over the logits, which
+        may be a buffer the next step overwrites (aiayn.cpu's projection).
         """
         state = cache.take()
-        if self.lean and layer_step.applies(self.model, tokens):  # the same maths without training's wrappers
-            logits = layer_step.decode_step(self.model, tokens, state.memory_kv, state.src_mask, state.caches)  # (N, V)
-        else:
-            logits = self.model.decode_step(tokens, state.memory_kv, state.src_mask, state.caches)
+        logits = self.logits(tokens, state)  # (N, V)
         if logits.dtype != torch.float32:  # half precision: float32 log-probabilities, a new tensor
             return logits.float().log_softmax(dim=-1), state
         return torch.log_softmax(logits, dim=-1, out=logits), state
+
+    def logits(self, tokens: Tensor, state: DecoderState) -> Tensor:
+        """The next token's logits (N, V) for tokens (N, 1), the caches grown by one position."""
+        return self.model.decode_step(tokens, state.memory_kv, state.src_mask, state.caches)
 
 
 class Prefix:

@@ -111,9 +111,9 @@ def averaged_checkpoints(run: Path) -> list[str] | None:
 
 def averaged_vs_last(run: Path, sources: list[str], references: list[str], beam_size: int = 1) -> dict[str, Any]:
     """BLEU on the given sentences of run/model (the averaged checkpoints) and of the last checkpoint."""
-    from ..decode.translate import Translator
     from ..evaluate import sacre_bleu
     from ..train.checkpoint import checkpoint_steps
+    from ..translator import Translator
 
     steps = checkpoint_steps(run / "checkpoints")
     if not steps or not (run / "model").is_dir():

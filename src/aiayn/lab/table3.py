@@ -90,8 +90,8 @@ def agreement(ours: int, paper: int) -> str:
 def score_run(run: Path, valid: str, src_lang: str, tgt_lang: str, bleu_sentences: int) -> dict[str, float]:
     """Dev perplexity (all pairs) and BLEU (beam 4, the first bleu_sentences) of run/model."""
     from ..data.corpus import find_file, read_parallel
-    from ..decode.translate import Translator
     from ..evaluate import perplexity, sacre_bleu
+    from ..translator import Translator
 
     translator = Translator.load(run / "model")
     src, ref = read_parallel(find_file(valid, src_lang), find_file(valid, tgt_lang))

@@ -18,9 +18,8 @@ import torch
 from ..config import DecodeConfig
 from ..decode.beam import beam_search
 from ..decode.greedy import greedy_hypotheses
-from ..decode.step import as_step_model
-from ..decode.translate import Translator, as_sentences
 from ..model import Transformer
+from ..translator import Translator, as_sentences
 from .constrain import TreeConstrainedStep, word_rules
 from .linearize import Repairs, repair
 from .tokenizer import ParseTokenizer
@@ -108,7 +107,7 @@ class Parser:
             src = torch.tensor([ids[i] + [t.model.config.pad_id] * (S - len(ids[i])) for i in batch], device=t.device)
             words = [sentences[i].split() for i in batch]
             step = TreeConstrainedStep(
-                as_step_model(t.model),
+                t.step_model(),
                 t.tokenizer.symbols,
                 torch.tensor([len(w) for w in words]),
                 word_rules(words, t.tokenizer.symbols, t.tokenizer.lexicon),

@@ -25,8 +25,8 @@ from starlette.responses import JSONResponse as StarletteJSON
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from ..decode.translate import SentenceTooLong, Translator
 from ..model import Transformer
+from ..translator import SentenceTooLong, Translator
 from . import figures
 from .explain import Inspector
 from .limits import ApiError, Limits, explain_request, translate_request

@@ -12,7 +12,7 @@ import torch
 from torch import Tensor
 
 from ..decode.explain import beam_tree, teacher_forced_attention
-from ..decode.translate import Translator
+from ..translator import Translator
 from .limits import ApiError, ExplainRequest
 
 
@@ -45,7 +45,7 @@ class Inspector:
         src = torch.tensor([src_ids], device=translator.device)  # (1, S)
         prefix = self.prefix(request)
         try:
-            tree = beam_tree(translator.model, src, config, prefix)
+            tree = beam_tree(translator.step_model(), src, config, prefix)
         except ValueError as err:
             field = "target_ids" if request.target_ids is not None else "target"
             raise ApiError(422, field, f"{field}: {err}") from None

@@ -9,8 +9,8 @@ import torch
 
 from ..config import DecodeConfig
 from ..data.batching import Batch
-from ..decode.translate import Translator
 from ..model import Transformer
+from ..translator import Translator
 from .loss import label_smoothed_nll
 
 

@@ -14,14 +14,16 @@ from typing import Any, NamedTuple
 
 import torch
 
-from ..config import DecodeConfig
-from ..cpu.layout import for_decoding, for_decoding_mapped, reader
-from ..cpu.memory import trim_heap
-from ..cpu.pages import HugePages, on_huge_pages
-from ..model import Transformer
-from .beam import Hypothesis, beam_search
-from .greedy import greedy_hypotheses
-from .sampling import sample
+from . import cpu
+from .config import DecodeConfig
+from .cpu.layout import for_decoding, for_decoding_mapped, reader
+from .cpu.memory import trim_heap
+from .cpu.pages import HugePages, on_huge_pages
+from .decode.beam import Hypothesis, beam_search
+from .decode.greedy import greedy_hypotheses
+from .decode.sampling import sample
+from .decode.step import StepModel
+from .model import Transformer
 
 
 class SentenceTooLong(ValueError):
@@ -143,14 +145,14 @@ class Translator:
                 "batch_size, max_tokens and truncate"
             )
         DecodeConfig(**{k: v for k, v in options.items() if k in DecodeConfig.__dataclass_fields__ and v is not None})
-        from ..cpu import backend
-        from ..cpu.memory import MappedReads
-        from ..marian import load_any
-        from ..marian.convert import model_config
+        from .cpu import backend
+        from .cpu.memory import MappedReads
+        from .marian import load_any
+        from .marian.convert import model_config
 
         check_device(device)
         if int8:  # weights mapped from the file and quantised a layer at a time: never all float32 at once
-            from ..cpu.quantize import quantize_int8
+            from .cpu.quantize import quantize_int8
 
             maps = MappedReads()
             model, tokenizer, defaults = load_any(path, device, read=maps.read)
@@ -258,11 +260,17 @@ class Translator:
 
     def search(self, src: torch.Tensor, config: DecodeConfig) -> list[list[Hypothesis]]:
         """Hypotheses for a padded source batch (B, S): sampling, greedy (beam 1) or beam search."""
+        step = self.step_model()
         if config.sample:
-            return sample(self.model, src, config)
+            return sample(step, src, config)
         if config.beam_size == 1:
-            return greedy_hypotheses(self.model, src, config)
-        return beam_search(self.model, src, config)
+            return greedy_hypotheses(step, src, config)
+        return beam_search(step, src, config)
+
+    def step_model(self) -> StepModel:
+        """The model behind the search's step interface: on this machine's CPU, aiayn.cpu's step; the paper's
+        `TransformerStep` on a GPU (aiayn.cpu's step computes the same there, with none of its kernels)."""
+        return cpu.step_model(self.model)
 
     def _pad(self, seqs: list[list[int]]) -> torch.Tensor:
         S = max(len(s) for s in seqs)
