@@ -83,8 +83,8 @@ def recipe_overrides(args: argparse.Namespace) -> list[str]:
 
 def main() -> None:
     from aiayn.parse.evalb import evalb
-    from aiayn.parse.parser import PAPER_SEARCH, Parser
     from aiayn.parse.trees import read_treebank
+    from aiayn.parser import PAPER_SEARCH, Parser
     from aiayn.recipe import load_recipe
     from aiayn.train.loop import train
 

@@ -9,12 +9,15 @@ has imported torch once (a fresh interpreter per run would take seconds of impor
 from __future__ import annotations
 
 import multiprocessing
+import os
 import signal
+import sys
 from pathlib import Path
 
 import pytest
 
 from aiayn import faults
+from aiayn.cli import main
 
 REPO = Path(__file__).resolve().parents[1]
 VAL = REPO.parent / "shared" / "data" / "multi30k" / "val"
@@ -25,6 +28,17 @@ PRELOAD = [
     "torch.utils.tensorboard",
     "torch._dynamo",
 ]  # Adam imports dynamo
+
+
+def run_command(argv: list[str], env: dict[str, str], log: str) -> None:
+    """`aiayn ARGV` with AIAYN_FAULT* set from env, its output to the file log: a test child's body."""
+    for name in ("AIAYN_FAULT", "AIAYN_FAULT_SIGNAL"):
+        os.environ.pop(name, None)
+    os.environ.update(env)
+    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    sys.exit(main(argv))
 
 
 def command(out: Path, *extra: str) -> list[str]:
@@ -53,7 +67,7 @@ def server():
 
 def run(context, argv: list[str], fault: str | None, log: Path, **env: str) -> tuple[int, str]:
     env = {"AIAYN_FAULT": fault, **env} if fault else env
-    child = context.Process(target=faults.run_command, args=(argv, env, str(log)))
+    child = context.Process(target=run_command, args=(argv, env, str(log)))
     child.start()
     child.join(timeout=120)
     assert child.exitcode is not None, f"{fault}: still running after 120 s"

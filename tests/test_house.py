@@ -1,4 +1,5 @@
-"""The tree's own rules, checked as CI runs the tests: ruff's lint and format (settings in pyproject.toml)."""
+"""The tree's own rules, checked as CI runs the tests: ruff's lint and format, and the import contracts
+(settings in pyproject.toml)."""
 
 from __future__ import annotations
 
@@ -43,3 +44,14 @@ def test_importing_aiayn_sets_no_machinery():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["[]", "False"]
+
+
+def test_import_contracts_hold():
+    """pyproject.toml's import-linter contracts: the layers, the search apart from the CPU's machinery, the model
+    apart from everything but its configuration."""
+    found = shutil.which("lint-imports", path=str(Path(sys.executable).parent)) or shutil.which("lint-imports")
+    if found is None:
+        pytest.fail("import-linter is not installed: pip install -r requirements-cpu.txt")
+    done = subprocess.run([found, "--no-cache"], cwd=REPO, capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+    assert "0 broken" in done.stdout

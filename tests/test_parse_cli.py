@@ -15,10 +15,10 @@ from aiayn.model import Transformer
 from aiayn.parse.baselines import right_branching
 from aiayn.parse.evalb import evalb
 from aiayn.parse.linearize import linearize
-from aiayn.parse.parser import Parser
 from aiayn.parse.pcfg import PCFG, transform, untransform
 from aiayn.parse.tokenizer import WORDS_FILE, ParseTokenizer, WordVocab
 from aiayn.parse.trees import parse_tree, read_treebank
+from aiayn.parser import Parser
 from aiayn.recipe import load_recipe
 from conftest import DATA, REPO
 

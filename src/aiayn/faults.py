@@ -76,16 +76,3 @@ def point(name: str, partial: str | Path | None = None) -> None:
         os.kill(os.getpid(), getattr(signal, "SIG" + sig.removeprefix("SIG")))
         return
     os.kill(os.getpid(), signal.SIGKILL)
-
-
-def run_command(argv: list[str], env: dict[str, str], log: str) -> None:
-    """`aiayn ARGV` with AIAYN_FAULT* set from env, its output to the file log: a test child's body."""
-    for name in ("AIAYN_FAULT", "AIAYN_FAULT_SIGNAL"):
-        os.environ.pop(name, None)
-    os.environ.update(env)
-    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
-    os.dup2(fd, 1)
-    os.dup2(fd, 2)
-    from .cli import main
-
-    sys.exit(main(argv))

@@ -1,4 +1,5 @@
-"""Temporary files beside the files they become: every file aiayn writes is written whole or not at all."""
+"""Files as aiayn reads and writes them: text read a line at a time with its errors named by line, and temporary
+files beside the files they become, so that every file aiayn writes is written whole or not at all."""
 
 from __future__ import annotations
 
@@ -6,7 +7,9 @@ import os
 import re
 import socket
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
+from typing import BinaryIO
 
 
 def _umask() -> int:
@@ -87,3 +90,20 @@ def sweep_temporaries(folder: Path) -> list[Path]:
             path.unlink(missing_ok=True)
             removed.append(path)
     return removed
+
+
+def read_text_lines(stream: BinaryIO, name: str) -> Iterator[str]:
+    """Lines without their line ends (and without a UTF-8 byte order mark before the first); a line that is not
+    UTF-8 is an error naming it."""
+    for line_number, raw in enumerate(stream, start=1):
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as err:
+            if line_number == 1 and raw.startswith(b"\x1f\x8b"):  # gzip's magic number
+                raise ValueError(
+                    f"{name}: gzip-compressed; translate reads plain text: `zcat {name} | aiayn translate ...`"
+                ) from None
+            raise ValueError(
+                f"{name}: line {line_number}: not valid UTF-8 ({err.reason} at byte {err.start})"
+            ) from None
+        yield (line.removeprefix("\ufeff") if line_number == 1 else line).rstrip("\r\n")

@@ -9,8 +9,9 @@ from __future__ import annotations
 import argparse
 import json
 
+from ..files import read_text_lines
 from .paths import output_file, same_file, text_output
-from .translate import add_search_arguments, chunks, load_translator, read_lines, refuse_a_parser
+from .translate import add_search_arguments, chunks, load_translator, refuse_a_parser
 
 DEFAULT_LANG = "de"  # the paper's En-De tokenised BLEU
 
@@ -41,7 +42,7 @@ def read_file(path: str) -> list[str]:
     from ..data.corpus import open_bytes
 
     with open_bytes(path) as f:
-        return list(read_lines(f, path))
+        return list(read_text_lines(f, path))
 
 
 def run(args: argparse.Namespace) -> int:

@@ -63,7 +63,7 @@ def parse_stream(parser, stream: BinaryIO, name: str, out: TextIO, unescape: boo
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..parse.parser import Parser
+    from ..parser import Parser
 
     if args.input and args.output and same_file(args.input, args.output):
         raise ValueError(

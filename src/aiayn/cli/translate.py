@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import BinaryIO, TextIO
 
 from ..cpu.backend import BACKENDS
+from ..files import read_text_lines
 from .options import SEEDS, at_least, number
 from .paths import input_file, output_file, same_file, text_output
 
@@ -123,23 +124,6 @@ def load_translator(args: argparse.Namespace):
     return translator
 
 
-def read_lines(stream: BinaryIO, name: str) -> Iterator[str]:
-    """Lines without their line ends (and without a UTF-8 byte order mark before the first); a line that is not
-    UTF-8 is an error naming it."""
-    for line_number, raw in enumerate(stream, start=1):
-        try:
-            line = raw.decode("utf-8")
-        except UnicodeDecodeError as err:
-            if line_number == 1 and raw.startswith(b"\x1f\x8b"):  # gzip's magic number
-                raise ValueError(
-                    f"{name}: gzip-compressed; translate reads plain text: `zcat {name} | aiayn translate ...`"
-                ) from None
-            raise ValueError(
-                f"{name}: line {line_number}: not valid UTF-8 ({err.reason} at byte {err.start})"
-            ) from None
-        yield (line.removeprefix("\ufeff") if line_number == 1 else line).rstrip("\r\n")
-
-
 def chunks(lines: Iterator[str], size: int) -> Iterator[list[str]]:
     block: list[str] = []
     for line in lines:
@@ -159,7 +143,7 @@ def each_block(stream: BinaryIO, name: str, out: TextIO, write: Callable[[list[s
     from ..translator import SentenceTooLong
 
     done = 0
-    for block in chunks(read_lines(stream, name), CHUNK):
+    for block in chunks(read_text_lines(stream, name), CHUNK):
         try:
             write(block, done)
         except SentenceTooLong as err:

@@ -18,9 +18,10 @@ import sys
 import torch
 import torch.distributed as dist
 
+from ..files import read_text_lines
 from ..train import distributed
 from .paths import text_output
-from .translate import CHUNK, chunks, read_lines
+from .translate import CHUNK, chunks
 
 
 def run(args: argparse.Namespace) -> int:
@@ -46,7 +47,7 @@ def translate_file(args: argparse.Namespace, translator) -> int:
     main = rank == 0
     done = mine = 0
     with open(args.input, "rb") as stream, text_output(args.output) if main else open(os.devnull, "w") as out:
-        for block in chunks(read_lines(stream, args.input), CHUNK):
+        for block in chunks(read_text_lines(stream, args.input), CHUNK):
             share = list(range(rank, len(block), world))
             texts, error = translate_share(translator, block, share, done, args.n_best)
             mine += len(share)

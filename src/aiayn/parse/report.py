@@ -25,14 +25,14 @@ def format_result(result: EvalbResult) -> str:
 
 def evaluate_trees(hyp: str | None, ref: str, as_json: bool) -> int:
     """Score the trees in hyp against ref (one tree a line, (TOP ...)) and print EVALB's summaries."""
-    from ..cli.translate import read_lines
+    from ..files import read_text_lines
 
     if not hyp:
         raise ValueError("--task parse needs --hyp (trees from aiayn parse) and --ref (gold trees)")
     files = []
     for path in (hyp, ref):
         with open(path, "rb") as f:
-            files.append(list(read_lines(f, path)))
+            files.append(list(read_text_lines(f, path)))
     if len(files[0]) != len(files[1]):
         raise ValueError(f"{hyp} has {len(files[0])} lines but {ref} has {len(files[1])}")
     result = evalb(files[1], files[0])

@@ -122,7 +122,7 @@ def start_model(recipe: Recipe, out: Path, init: str | Path | None, log: Log) ->
         say_the_model_is_inits(recipe, start.model.config, init, log)
         return start
     if recipe.data.format == "ptb":  # issue 16: a parser, with a target vocabulary of whole tree symbols
-        from ..parse.data import start_parser
+        from .parsing import start_parser
 
         return Start(*start_parser(recipe, out, log), None)
     d = recipe.data
@@ -532,7 +532,7 @@ def finish(recipe: Recipe, out: Path, start: Start, device: torch.device, log: L
     model = for_decoding(load_model(out / "model", device, read))  # only decoded from here on: laid out for it
     results: dict = {"averaged": [p.name for p in last]}
     if d.test and d.format == "ptb":  # issue 16: parse the test sentences, score the trees with EVALB's rules
-        from ..parse.data import test_parser
+        from .parsing import test_parser
 
         results.update(test_parser(model, start.tokenizer, recipe, out, device, log))
     elif d.test:

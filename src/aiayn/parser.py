@@ -15,15 +15,15 @@ from typing import Any
 
 import torch
 
-from ..config import DecodeConfig
-from ..decode.beam import beam_search
-from ..decode.greedy import greedy_hypotheses
-from ..model import Transformer
-from ..translator import Translator, as_sentences
-from .constrain import TreeConstrainedStep, word_rules
-from .linearize import Repairs, repair
-from .tokenizer import ParseTokenizer
-from .trees import Tree, collapse_unary_repeats, escape_word, map_words, unescape_word
+from .config import DecodeConfig
+from .decode.beam import beam_search
+from .decode.greedy import greedy_hypotheses
+from .model import Transformer
+from .parse.constrain import TreeConstrainedStep, word_rules
+from .parse.linearize import Repairs, repair
+from .parse.tokenizer import ParseTokenizer
+from .parse.trees import Tree, collapse_unary_repeats, escape_word, map_words, unescape_word
+from .translator import Translator, as_sentences
 
 # §6.3: "we increased the maximum output length to input length + 300 ... beam size of 21 and alpha = 0.3"
 PAPER_SEARCH = {"beam_size": 21, "alpha": 0.3, "extra_len": 300}
