@@ -98,15 +98,20 @@ if "train-m30k" in jobs:  # the Multi30k recipe's step: bf16 autocast where nati
         from aiayn.train import gemm, kernels
     from aiayn.train import precision
     try:
-        from aiayn.train.loop import forward_context
-    except ImportError:  # a checkout from before forward_context: the contexts the loop entered then
-        import contextlib
+        from aiayn.cpu.training import CpuTrainingStep
         def forward_context(attention, device, dtype, backend, length):
-            stack = contextlib.ExitStack()
-            kernel = kernels.attention_kernel(attention, device, length)
-            for c in (precision.autocast(device, dtype), kernels.attention(kernel), gemm.products(backend)):
-                stack.enter_context(c)
-            return stack
+            return CpuTrainingStep(attention, device, dtype, backend).forward(length)
+    except ImportError:
+        try:
+            from aiayn.train.loop import forward_context
+        except ImportError:  # a checkout from before forward_context: the contexts the loop entered then
+            import contextlib
+            def forward_context(attention, device, dtype, backend, length):
+                stack = contextlib.ExitStack()
+                kernel = kernels.attention_kernel(attention, device, length)
+                for c in (precision.autocast(device, dtype), kernels.attention(kernel), gemm.products(backend)):
+                    stack.enter_context(c)
+                return stack
     torch.manual_seed(seed)
     config = ModelConfig.preset("small", vocab_size=8000, max_len=256, p_drop=0.3)
     model = Transformer(config).train()
@@ -119,7 +124,10 @@ if "train-m30k" in jobs:  # the Multi30k recipe's step: bf16 autocast where nati
         src, tgt = torch.randint(4, 8000, (B, T), generator=g), torch.randint(4, 8000, (B, T + 1), generator=g)
         batches.append(Batch(src, tgt[:, :-1], tgt[:, 1:], B * T, B * T))
     try:
-        from aiayn.train.loss import KeptTable, projected_smoothed_nll
+        try:
+            from aiayn.cpu.fused_loss import KeptTable, projected_smoothed_nll
+        except ImportError:  # a checkout from before aiayn.cpu
+            from aiayn.train.loss import KeptTable, projected_smoothed_nll
         kept = KeptTable()
     except ImportError:  # a checkout from before: the model's projection, then the loss
         kept = None

@@ -31,7 +31,7 @@ import torch
 import train_step as ts
 from aiayn.recipe import TrainConfig
 from aiayn.train.loop import make_optimizer
-from aiayn.train.loss import KeptTable
+from aiayn.cpu.fused_loss import KeptTable
 from translate import resident_mib
 torch.set_num_threads(2)
 torch.manual_seed(0)

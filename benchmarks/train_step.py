@@ -32,9 +32,10 @@ import torch.nn.functional as F  # noqa: E402
 
 from aiayn.config import ModelConfig  # noqa: E402
 from aiayn.cpu import train_attention as kernels  # noqa: E402
+from aiayn.cpu.fused_loss import KeptTable, projected_smoothed_nll  # noqa: E402
+from aiayn.cpu.training import CpuTrainingStep  # noqa: E402
 from aiayn.model import Transformer  # noqa: E402
-from aiayn.train.loop import forward_context  # noqa: E402
-from aiayn.train.loss import KeptTable, label_smoothed_nll, projected_smoothed_nll  # noqa: E402
+from aiayn.train.loss import label_smoothed_nll  # noqa: E402
 from aiayn.train.schedule import rate  # noqa: E402
 
 V, PAD, EOS = 58101, 58100, 0
@@ -99,7 +100,7 @@ def aiayn_step(
     for group in optimizer.param_groups:
         group["lr"] = rate(step, 512, 4000)
     dtype = torch.bfloat16 if bf16 else None
-    with forward_context(attention, torch.device("cpu"), dtype, backend, max(src.size(1), tgt_in.size(1))):
+    with CpuTrainingStep(attention, torch.device("cpu"), dtype, backend).forward(max(src.size(1), tgt_in.size(1))):
         out = model(src, tgt_in, project=kept is None)
     if kept is None:
         loss, _, n = label_smoothed_nll(out, tgt_out, 0.1, PAD)

@@ -192,7 +192,9 @@ def test_killed_two_rank_run_resumes_with_one_process(reference, tmp_path):
 def _train_recording(recipe: Path, out: Path, monkeypatch, *overrides: str) -> tuple[set, list[float]]:
     """Train in this process; return the dtypes of the logits the training loss saw, and the loss per token."""
     dtypes, losses = set(), []
-    original = loop.projected_smoothed_nll
+    from aiayn.cpu import training
+
+    original = training.projected_smoothed_nll
 
     def recording(hidden, weight, bias, target, epsilon, pad_id, kept, *args):
         loss, nll, n = original(hidden, weight, bias, target, epsilon, pad_id, kept, *args)
@@ -200,7 +202,7 @@ def _train_recording(recipe: Path, out: Path, monkeypatch, *overrides: str) -> t
         losses.append(loss.item() / n)
         return loss, nll, n
 
-    monkeypatch.setattr(loop, "projected_smoothed_nll", recording)
+    monkeypatch.setattr(training, "projected_smoothed_nll", recording)
     loop.train(
         load_recipe(recipe, ["--train.adam_eps=1e-9", "--train.effective_batch_tokens=0", *overrides]),
         out,

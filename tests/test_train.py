@@ -14,12 +14,13 @@ from safetensors.torch import load_file
 
 from aiayn.cli import main as cli_main
 from aiayn.config import ModelConfig
+from aiayn.cpu.fused_loss import KeptTable, projected_smoothed_nll
 from aiayn.data.vocab import Vocab
 from aiayn.io import load_model, save_model
 from aiayn.model import Transformer
 from aiayn.recipe import Recipe, load_recipe
 from aiayn.train.loop import accumulation_steps, apply_optimizer_settings, make_optimizer, train
-from aiayn.train.loss import KeptTable, label_smoothed_nll, projected_smoothed_nll
+from aiayn.train.loss import label_smoothed_nll
 from aiayn.train.run_folder import changes
 from aiayn.train.schedule import rate
 
@@ -76,29 +77,30 @@ def test_smoothed_loss_equals_torch_cross_entropy():
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_smoothed_loss_in_row_chunks_equals_one_piece(monkeypatch, dtype):
-    # 3 rows a chunk over 28 rows: the same loss and gradient, bit for bit, as upcasting the whole table
-    # (the old code); bf16 logits (autocast's) get a bf16 gradient, as autograd's cast back gave.
-    from aiayn.train import loss as loss_module
+def test_fused_loss_in_row_chunks_equals_the_plain_loss(monkeypatch, dtype):
+    # 3 rows a chunk over 28 rows: the training step's fused loss (aiayn.cpu.fused_loss) gives the plain §5.4
+    # loss of the projected logits and its gradients; bf16 products (autocast's) give a bf16 table whose loss is
+    # the plain loss of those bf16 logits.
+    from aiayn.cpu import fused_loss
 
     torch.manual_seed(0)
-    logits = (3 * torch.randn(4, 7, 50)).to(dtype).requires_grad_()
+    hidden = torch.randn(4, 7, 16, requires_grad=True)
+    weight = torch.randn(50, 16, requires_grad=True)
     target = torch.randint(1, 50, (4, 7))
     target[2, 4:] = 0
-    ref = F.cross_entropy(
-        logits.float().flatten(0, 1), target.flatten(), ignore_index=0, label_smoothing=0.1, reduction="sum"
-    )
-    (g_ref,) = torch.autograd.grad(ref, logits)
-    whole, _, _ = label_smoothed_nll(logits, target, 0.1, pad_id=0)
-    (g_whole,) = torch.autograd.grad(whole, logits)
-    monkeypatch.setattr(loss_module, "CHUNK_BYTES", 4 * 50 * 3)
-    assert len(loss_module.row_chunks(logits.flatten(0, 1))) == 10
-    chunked, _, _ = label_smoothed_nll(logits, target, 0.1, pad_id=0)
-    (g_chunked,) = torch.autograd.grad(chunked, logits)
-    assert chunked.item() == whole.item() and torch.equal(g_chunked, g_whole)
-    assert g_chunked.dtype == dtype
-    torch.testing.assert_close(chunked, ref)
-    torch.testing.assert_close(g_chunked, g_ref, rtol=1e-2 if dtype == torch.bfloat16 else 1e-5, atol=1e-3)
+    logits = F.linear(hidden.to(dtype), weight.to(dtype))
+    plain, _, _ = label_smoothed_nll(logits, target, 0.1, pad_id=0)
+    plain_grads = torch.autograd.grad(plain, (hidden, weight))
+    monkeypatch.setattr(fused_loss, "CHUNK_BYTES", 4 * 50 * 3)
+    monkeypatch.setattr(fused_loss, "PRODUCT_ROWS", 5)
+    assert len(fused_loss.row_chunks(logits.flatten(0, 1))) == 10
+    kept = fused_loss.KeptTable()
+    fused, _, _ = projected_smoothed_nll(hidden, weight, None, target, 0.1, 0, kept, dtype)
+    grads = torch.autograd.grad(fused, (hidden, weight))
+    assert kept.dtype == dtype  # the products in blocks of rows: the loss to rounding
+    torch.testing.assert_close(fused, plain, rtol=1e-6 if dtype == torch.float32 else 1e-2, atol=0)
+    for got, want in zip(grads, plain_grads):
+        torch.testing.assert_close(got, want, rtol=1e-2 if dtype == torch.bfloat16 else 1e-5, atol=1e-3)
 
 
 def _projection_case(use_bias: bool, seed: int = 0):
@@ -117,8 +119,8 @@ def test_projected_loss_equals_projection_then_loss(backend, use_bias, monkeypat
     # The train step's fused projection and loss over a kept table (issue 18) against F.linear + label_smoothed_nll:
     # the same loss bit for bit and the same gradients (scaled as the loop scales them), for two batch sizes in turn
     # through one table, so the second reuses the first's memory. 4 rows at a time, so the products come in blocks.
+    from aiayn.cpu import fused_loss as loss_module
     from aiayn.cpu.backend import onednn_available
-    from aiayn.train import loss as loss_module
 
     if backend == "onednn" and not onednn_available():
         pytest.skip("this PyTorch has no oneDNN")
@@ -434,3 +436,29 @@ def test_init_from_an_aiayn_directory_keeps_its_config_and_vocabulary(tmp_path):
 def test_cli_reports_a_bad_override(capsys):
     assert cli_main(["train", str(REPO / "recipes" / "tiny.yaml"), "--train.nothing=1"]) == 2
     assert "has no field 'nothing'" in capsys.readouterr().err
+
+
+def test_the_cpu_training_step_computes_the_plain_step():
+    """aiayn.cpu.training_step, the step `aiayn train` runs, in a loop of one's own: the loss and gradients of the
+    paper's plain step (aiayn.train.step.TrainingStep: the model's projection, then label_smoothed_nll)."""
+    from aiayn import cpu
+    from aiayn.train.step import TrainingStep
+
+    torch.manual_seed(0)
+    config = ModelConfig(vocab_size=60, d_model=32, d_ff=64, n_heads=4, n_layers=2, max_len=32, p_drop=0.0)
+    model = Transformer(config).train()
+    src, tgt = torch.randint(4, 60, (3, 7)), torch.randint(4, 60, (3, 6))
+    tgt[1, 4:] = config.pad_id
+    results = []
+    for step in (TrainingStep(torch.device("cpu"), None), cpu.training_step(config, gemm="mkl")):
+        with step.forward(7):
+            hidden = model(src, tgt[:, :-1], project=False)
+        loss, nll, n = step.loss(hidden, model, tgt[:, 1:], 0.1)
+        grads = torch.autograd.grad(loss, list(model.parameters()))
+        results.append((loss, nll, n, grads))
+    (plain, plain_nll, plain_n, plain_grads), (fast, fast_nll, fast_n, fast_grads) = results
+    assert fast_n == plain_n == int((tgt[:, 1:] != config.pad_id).sum())
+    torch.testing.assert_close(fast, plain, rtol=1e-6, atol=0)
+    torch.testing.assert_close(fast_nll, plain_nll, rtol=1e-6, atol=0)
+    for got, want in zip(fast_grads, plain_grads):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-6)

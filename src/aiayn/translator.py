@@ -23,6 +23,7 @@ from .decode.beam import Hypothesis, beam_search
 from .decode.greedy import greedy_hypotheses
 from .decode.sampling import sample
 from .decode.step import StepModel
+from .io import load_model, read_column_major, read_safetensors
 from .model import Transformer
 
 
@@ -92,6 +93,14 @@ class Translation(NamedTuple):
     text: str
     score: float  # length-penalised log-probability, what the search ranked by
     log_prob: float
+
+
+def load_for_decoding(directory: str | Path, device: str | torch.device = "cpu") -> Transformer:
+    """An aiayn model directory's model laid out for decoding on device: on a CPU its matrices read column-major and
+    aiayn.cpu's modules put in place (`cpu.layout.for_decoding`), computing what the paper's model computes."""
+    device = check_device(device)
+    read = read_column_major if device.type == "cpu" else read_safetensors
+    return for_decoding(load_model(directory, device, read))
 
 
 class Translator:

@@ -5,11 +5,11 @@ computes the same function (to rounding) faster or in less memory on this machin
 aiayn reaches it through a few calls:
 
     step_model(model)        the step model decoding drives on this CPU (aiayn.decode.step's interface)
+    training_step(config)    the training step's forward context and fused loss (aiayn.train.step's interface)
     layout.for_decoding      a model's weights laid out for decoding (Translator.load calls it)
     backend.choose           which library runs the float32 products, measured on the model's shapes
 
-and the training loop's step contexts (train_gemm, train_attention, dropout). The search itself
-(aiayn.decode) imports nothing from here.
+The search (aiayn.decode) and the training loop import nothing from here.
 """
 
 from .onednn_caches import ONEDNN_CACHE_ENTRIES, set_caches
@@ -22,3 +22,13 @@ def step_model(model):
     from .step import CpuStep
 
     return CpuStep(model)
+
+
+def training_step(config, attention="auto", gemm="auto", device=None, dtype=None, kept_gemm="", compiled=False):
+    """The training step for a model of `config` on this CPU (`training.CpuTrainingStep`): use it in your own loop
+    as `aiayn train` does (docs/training.md, "Your own training loop")."""
+    import torch
+
+    from .training import training_step as make
+
+    return make(config, attention, gemm, device or torch.device("cpu"), dtype, kept_gemm, compiled)

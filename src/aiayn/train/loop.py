@@ -11,7 +11,6 @@ OUT/tensorboard/          TensorBoard event files
 
 from __future__ import annotations
 
-import contextlib
 import json
 import random
 import time
@@ -24,25 +23,22 @@ import torch
 
 from .. import faults
 from ..config import ModelConfig
-from ..cpu import train_attention as kernels
-from ..cpu import train_gemm as gemm
-from ..cpu.dropout import fast_dropout
-from ..cpu.layout import for_decoding
 from ..data.batching import Batch, BatchStream, collate, make_batches
 from ..data.bpe_dropout import SampledEpochs
 from ..data.corpus import EncodedCorpus, cache_key, encode_pairs, find_file, read_parallel
 from ..data.vocab import Vocab
 from ..evaluate import tokenized_bleu
 from ..files import sweep_temporaries
-from ..io import load_model, read_column_major, read_safetensors, write_atomic
+from ..io import load_model, write_atomic
 from ..model import Transformer
 from ..recipe import Recipe, TrainConfig
+from ..translator import load_for_decoding
 from . import distributed, precision, progress, run_folder
 from .checkpoint import Checkpoints, TrainState, average_checkpoints, checkpoints_to_average
 from .flops import train_flops
 from .interrupt import deferred_sigint
-from .loss import KeptTable, projected_smoothed_nll
 from .schedule import MIN_PLAN_STEPS, PLAN_AFTER, cooldown_begins, plan_steps, rate, shortest_run
+from .step import for_this_machine
 from .validate import sacrebleu_score, translate_texts, validation_loss
 
 Log = Callable[[str], None]
@@ -258,7 +254,6 @@ def _train(recipe: Recipe, out: Path, init: str | Path | None, log: Log) -> dict
     dtype = precision.autocast_dtype(cfg.bf16, cfg.fp16, device)  # None = fp32, as in the paper
     precision.check_device(device, dtype)
     scaler = precision.grad_scaler(device, dtype)  # active for fp16 only
-    kernels.attention_kernel(cfg.attention, device)  # a bad name fails here, before the first step
     checkpoints = Checkpoints(
         out / "checkpoints",
         model,
@@ -276,7 +271,8 @@ def _train(recipe: Recipe, out: Path, init: str | Path | None, log: Log) -> dict
     else:
         state = TrainState()
         torch.manual_seed(cfg.seed + rank), random.seed(cfg.seed), np.random.seed(cfg.seed)
-    state.gemm = gemm.choose(cfg.gemm, model.config, device, dtype, state.gemm, cfg.compile)  # kept in checkpoints
+    step = for_this_machine(model, cfg, device, dtype, state.gemm)  # how a step computes here, as the paper's
+    state.gemm = step.gemm  # the float32 products' backend, kept in checkpoints: a resumed run computes the same
     if cfg.compile:
         model.compile()  # in place: the state dict keeps its names
     net = distributed.wrap(model, device)  # DDP with several ranks; save and evaluate `model`, the unwrapped one
@@ -292,7 +288,6 @@ def _train(recipe: Recipe, out: Path, init: str | Path | None, log: Log) -> dict
     started = time.perf_counter()  # this process's start: tokens/s counts what it trained (save moves state.elapsed)
     if state.planned_minutes != cfg.max_minutes or not cfg.cooldown:  # a new time budget, or none, or no cool-down:
         state.planned_steps, state.planned_minutes = 0, 0.0  # the cool-down is planned anew (or not at all)
-    kept = KeptTable()  # the logits table of every step, and then its gradient (train/loss.py)
     clock = None  # (time, step) at the end of this process's first step: the speed that plans the cool-down
     model.train()
     with deferred_sigint() as ctrl_c, bar:  # Ctrl-C stops at the next step boundary; the bar closes on errors too
@@ -324,20 +319,10 @@ def _train(recipe: Recipe, out: Path, init: str | Path | None, log: Log) -> dict
                 length = max(b.src.size(1), b.tgt_in.size(1))
                 with (
                     distributed.no_sync(net, i < len(batches) - 1),
-                    forward_context(cfg.attention, device, dtype, state.gemm, length),
+                    step.forward(length),
                 ):
                     hidden = net(b.src, b.tgt_in, project=False)  # (B, T, D): the projection is in the loss
-                loss, _, _ = projected_smoothed_nll(
-                    hidden,
-                    model.output_proj.matrix,
-                    model.logits_bias,
-                    b.tgt_out,
-                    cfg.label_smoothing,
-                    model.config.pad_id,
-                    kept,
-                    dtype,
-                    state.gemm,
-                )
+                loss, _, _ = step.loss(hidden, model, b.tgt_out, cfg.label_smoothing)
                 scaler.scale(loss * world / n_tokens).backward()  # DDP averages gradients over ranks; undo that
                 loss_sum += loss.item()
                 state.flops += train_flops(model.config, *b.src.shape, b.tgt_in.size(1)) * world
@@ -413,27 +398,6 @@ def _train(recipe: Recipe, out: Path, init: str | Path | None, log: Log) -> dict
     if writer:
         writer.close()
     return results
-
-
-def forward_context(
-    attention: str, device: torch.device, dtype: torch.dtype | None, gemm_backend: str, length: int
-) -> contextlib.ExitStack:
-    """How a training forward pass computes (none of it in the paper; each a speed measure, same function).
-
-    Autocast's dtype (None = fp32), eq. (1)'s kernel for a batch whose longer side has `length`
-    positions (cpu/train_attention.py), the float32 products' backend (cpu/train_gemm.py) and dropout masks
-    drawn from 64-bit words (cpu/dropout.py).
-    """
-    kernel = kernels.attention_kernel(attention, device, length)
-    stack = contextlib.ExitStack()
-    for context in (
-        precision.autocast(device, dtype),
-        kernels.attention(kernel),
-        gemm.products(gemm_backend),
-        fast_dropout(),
-    ):
-        stack.enter_context(context)
-    return stack
 
 
 def stop(recipe: Recipe, step: int, seconds: float, epochs: float, planned_steps: int = 0) -> bool:
@@ -528,8 +492,7 @@ def finish(recipe: Recipe, out: Path, start: Start, device: torch.device, log: L
     average_checkpoints(last, out / "model", start.tokenizer if start.vocab_proto is None else None)
     faults.point("final.after-average")
     log(f"{out / 'model'}: the mean of {len(last)} checkpoint(s): {', '.join(p.name for p in last)}")
-    read = read_column_major if device.type == "cpu" else read_safetensors
-    model = for_decoding(load_model(out / "model", device, read))  # only decoded from here on: laid out for it
+    model = load_for_decoding(out / "model", device)  # only decoded from here on: laid out for it
     results: dict = {"averaged": [p.name for p in last]}
     if d.test and d.format == "ptb":  # issue 16: parse the test sentences, score the trees with EVALB's rules
         from .parsing import test_parser

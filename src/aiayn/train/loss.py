@@ -1,223 +1,28 @@
 """Label-smoothed cross-entropy (§5.4, epsilon_ls = 0.1), padding ignored.
 
-`label_smoothed_nll` takes logits (validation, the lab); `projected_smoothed_nll`, the training step's,
-takes the decoder's output and applies the pre-softmax projection (§3.4) itself, over a kept table.
+The training loop's step on a CPU computes the same loss fused with the projection (aiayn.cpu.fused_loss).
 """
 
 from __future__ import annotations
 
-import torch
 from torch import Tensor
-
-from ..cpu.backend import onednn_linear
-
-CHUNK_BYTES = 4 << 20  # rows of float32 logits worked on at once on a CPU: a few MiB, so each pass reads cache
-
-
-def row_chunks(logits: Tensor) -> list[slice]:
-    """Slices of about CHUNK_BYTES of float32 rows each, covering the (N, V) logits in order; one slice off a CPU
-    (a GPU would pay a dozen kernel launches a chunk, and its reductions may split rows differently by size)."""
-    n, v = logits.shape
-    if logits.device.type != "cpu":
-        return [slice(0, n)]
-    rows = max(1, CHUNK_BYTES // (4 * v))
-    return [slice(i, min(i + rows, n)) for i in range(0, n, rows)]
-
-
-def _smoothed_sums(logits: Tensor, target: Tensor, epsilon: float, pad_id: int) -> tuple[Tensor, ...]:
-    """Summed smoothed loss and plain NLL of the (N, V) logits, with each row's logsumexp (N,) and its pad mask (N,).
-
-    With q = (1 - eps) onehot(y) + eps / V, a row's loss is logsumexp(z) - q.z: (1 - eps) times its NLL plus
-    eps times its cross-entropy against the uniform distribution, logsumexp(z) - mean(z). Rows are read a
-    chunk at a time, upcast to float32 there.
-    """
-    keep = target != pad_id  # (N,)
-    lse = torch.empty(logits.size(0), dtype=torch.float32, device=logits.device)  # (N,)
-    mean = torch.empty_like(lse)  # (N,)
-    for rows in row_chunks(logits):
-        z = logits[rows].float()  # (n, V)
-        torch.logsumexp(z, dim=-1, out=lse[rows])
-        torch.mean(z, dim=-1, out=mean[rows])
-    gold = logits.gather(1, target[:, None]).squeeze(1).float()  # (N,)
-    nll_sum = ((lse - gold) * keep).sum()  # -log p(y), summed
-    loss = (1.0 - epsilon) * nll_sum + epsilon * ((lse - mean) * keep).sum()
-    return loss, nll_sum, lse, keep
-
-
-def _smoothed_gradient(z: Tensor, lse: Tensor, target: Tensor, epsilon: float, in_place: bool = False) -> Tensor:
-    """dL/dz = softmax(z) - q of a chunk of rows z (n, V), given their logsumexp (n,), in float32: fresh, or
-    written over z itself when in_place and z is float32 (the same arithmetic either way)."""
-    g = z.sub_(lse[:, None]) if in_place and z.dtype == torch.float32 else torch.sub(z.float(), lse[:, None])
-    g = g.exp_().sub_(epsilon / z.size(-1))  # softmax(z) - eps / V
-    return g.scatter_add_(1, target[:, None], torch.full_like(lse[:, None], epsilon - 1.0))  # - (1 - eps) onehot
-
-
-class _SmoothedNLL(torch.autograd.Function):
-    """Loss and gradient in a few passes over the (N, V) logits, none of them a log-probability table.
-
-    With q = (1 - eps) onehot(y) + eps / V, the loss of a row is logsumexp(z) - q.z and its
-    gradient softmax(z) - q: written out here, it avoids the five or six full-size temporaries
-    (log-probabilities, zero-filled and broadcast gradients and their sum) that autograd makes.
-    The rows are taken a few MiB at a time, upcast to float32 there (bf16 logits under autocast stay
-    bf16 in memory, and their gradient is written in bf16, as autograd's cast back would), so the
-    passes run in cache: on a CPU a (3,744 x 8,000) table in one piece cost more than the products
-    that made it (docs/training.md). Each row's arithmetic is the same as in one piece. Other devices take
-    the table in one piece.
-    """
-
-    @staticmethod
-    def forward(ctx, logits: Tensor, target: Tensor, epsilon: float, pad_id: int) -> tuple[Tensor, Tensor]:
-        loss, nll_sum, lse, keep = _smoothed_sums(logits, target, epsilon, pad_id)
-        ctx.save_for_backward(logits, lse, target, keep)
-        ctx.epsilon = epsilon
-        ctx.mark_non_differentiable(nll_sum)
-        return loss, nll_sum
-
-    @staticmethod
-    def backward(ctx, grad_loss: Tensor, _grad_nll: Tensor) -> tuple[Tensor, None, None, None]:
-        logits, lse, target, keep = ctx.saved_tensors
-        scale = (keep * grad_loss)[:, None]  # (N, 1)
-        grad = torch.empty_like(logits)  # (N, V), the logits' dtype
-        for rows in row_chunks(logits):
-            grad[rows] = _smoothed_gradient(logits[rows], lse[rows], target[rows], ctx.epsilon).mul_(scale[rows])
-        return grad, None, None, None
 
 
 def label_smoothed_nll(logits: Tensor, target: Tensor, epsilon: float, pad_id: int) -> tuple[Tensor, Tensor, int]:
     """Summed smoothed loss, summed plain NLL, and the number of non-pad target tokens.
 
-    logits (B, T, V), target (B, T). The reference token gets 1 - epsilon of the probability mass
-    plus its share of epsilon spread uniformly over all V classes, as in
-    `F.cross_entropy(label_smoothing=epsilon)`. Sums, not means, so that gradient accumulation
-    can divide by the tokens of the whole effective batch. The loss is computed in float32 whatever
-    the logits' dtype.
+    logits (B, T, V), target (B, T). The reference token gets 1 - epsilon of the probability mass plus its share
+    of epsilon spread uniformly over all V classes, as in `F.cross_entropy(label_smoothing=epsilon)`: with
+    q = (1 - eps) onehot(y) + eps / V, a position's loss is logsumexp(z) - q.z, that is (1 - eps) times its NLL
+    plus eps times its cross-entropy against the uniform distribution, logsumexp(z) - mean(z). Sums, not means,
+    so that gradient accumulation can divide by the tokens of the whole effective batch. Computed in float32
+    whatever the logits' dtype.
     """
-    target = target.flatten()  # (B*T,)
-    loss, nll = _SmoothedNLL.apply(logits.flatten(0, 1), target, epsilon, pad_id)  # (B*T, V) in
-    return loss, nll.detach(), int((target != pad_id).sum())
-
-
-PRODUCT_ROWS = 256  # rows of the projection multiplied at once on a CPU, straight into the kept table
-ONEDNN_BLOCK_BYTES = 24 << 20  # oneDNN's products come back fresh: blocks under glibc's 32 MiB mmap limit, reused
-
-
-class KeptTable:
-    """One (N, V) logits table per device and dtype, kept from step to step and grown when a batch needs more.
-
-    A fresh table of a base-size batch is ~1 GB of float32 that the kernel maps page by page at every
-    step (and once more for its gradient): on a CPU that cost ~4 s of a ~9 s step (docs/training.md,
-    benchmarks/projection_loss.py). Written over at each call; `dtype` is the last table's.
-    """
-
-    def __init__(self) -> None:
-        self._flat: dict[tuple[torch.device, torch.dtype], Tensor] = {}
-        self.dtype: torch.dtype | None = None
-
-    def table(self, n: int, v: int, dtype: torch.dtype, device: torch.device) -> Tensor:
-        key = (device, dtype)
-        flat = self._flat.get(key)
-        if flat is None or flat.numel() < n * v:
-            self._flat.pop(key, None)  # the old one goes before the larger one is made
-            flat = self._flat[key] = torch.empty(n * v, dtype=dtype, device=device)
-        self.dtype = dtype
-        return flat[: n * v].view(n, v)  # (N, V)
-
-
-class _ProjectedSmoothedNLL(torch.autograd.Function):
-    """_SmoothedNLL(h W^T + b) with the logits, then their gradient, written over one kept table.
-
-    The forward pass multiplies h (N, D) by W (V, D) into the table, takes the loss from it as
-    _SmoothedNLL does, and then (when a gradient is wanted) writes softmax(z) - q over the logits in
-    place, row chunk by row chunk; the backward pass only multiplies that table by W and by h, and
-    scales the two products by the incoming gradient. The same three matrix products and the same
-    passes as F.linear + _SmoothedNLL, without a fresh table for the logits or for their gradient.
-    The table is saved for backward: a later forward that writes over it before this backward makes
-    autograd refuse the stale table ("modified by an inplace operation") rather than use it.
-    """
-
-    @staticmethod
-    def forward(
-        ctx,
-        hidden: Tensor,
-        weight: Tensor,
-        bias: Tensor | None,
-        target: Tensor,
-        epsilon: float,
-        pad_id: int,
-        dtype: torch.dtype | None,
-        backend: str,
-        kept: KeptTable,
-    ) -> tuple[Tensor, Tensor]:
-        dtype = dtype or hidden.dtype  # autocast's dtype of the products, or the model's own
-        h, w = hidden.to(dtype), weight.to(dtype)  # (N, D), (V, D)
-        b = bias.to(dtype) if bias is not None else None  # (V,)
-        table = kept.table(h.size(0), w.size(0), dtype, h.device)  # (N, V)
-        onednn = backend == "onednn" and h.device.type == "cpu" and dtype == torch.float32
-        step = h.size(0)  # rows multiplied at once: all of them off a CPU
-        if h.device.type == "cpu":  # oneDNN returns a fresh block, then copied: one the heap can hand back each time
-            step = max(1, ONEDNN_BLOCK_BYTES // (4 * w.size(0))) if onednn else PRODUCT_ROWS
-        for i in range(0, h.size(0), step):
-            rows = slice(i, i + step)
-            if onednn:  # train.gemm's backend (cpu/train_gemm.py)
-                table[rows] = onednn_linear(h[rows], w, b)
-            elif b is None:
-                torch.mm(h[rows], w.t(), out=table[rows])
-            else:
-                torch.addmm(b, h[rows], w.t(), out=table[rows])
-        loss, nll_sum, lse, keep = _smoothed_sums(table, target, epsilon, pad_id)
-        ctx.mark_non_differentiable(nll_sum)
-        ctx.onednn = onednn
-        ctx.dtypes = (hidden.dtype, weight.dtype, bias.dtype if bias is not None else None)
-        if any(ctx.needs_input_grad[:3]):
-            for rows in row_chunks(table):  # dL/dz over the logits: in place for float32, rounded once for bf16
-                g = _smoothed_gradient(table[rows], lse[rows], target[rows], epsilon, in_place=True)
-                g.mul_(keep[rows, None])
-                if g.dtype != table.dtype:
-                    table[rows] = g
-            ctx.save_for_backward(h, w, table)
-        return loss, nll_sum
-
-    @staticmethod
-    def backward(ctx, grad_loss: Tensor, _grad_nll: Tensor) -> tuple[Tensor | None, ...]:
-        h, w, grad = ctx.saved_tensors  # grad: the table, now dL/dz of a unit loss (N, V)
-        bias_dtype = ctx.dtypes[2]  # None without a bias
-        grad_h = grad_w = grad_b = None
-        if ctx.needs_input_grad[0]:
-            # oneDNN reads W^T as a view of W (V, D): no transposed copy of the vocabulary's matrix (154 ms at
-            # opus-mt's 58,101 x 512 on a 2-core EPYC host, a sixth of the product)
-            grad_h = onednn_linear(grad, w.t(), None) if ctx.onednn else torch.mm(grad, w)  # (N, D)
-        if ctx.needs_input_grad[1]:
-            grad_w = torch.mm(grad.t(), h)  # (V, D), MKL for either backend, as cpu/train_gemm.py does
-        if bias_dtype is not None and ctx.needs_input_grad[2]:
-            grad_b = grad.float().sum(0)  # (V,)
-        # scaled in float32 (a bf16 product is rounded once, as autograd's cast back did), in the inputs' dtypes
-        grads = [
-            g.float().mul_(grad_loss.float()).to(dtype) if g is not None else None
-            for g, dtype in zip((grad_h, grad_w, grad_b), ctx.dtypes)
-        ]
-        return (*grads, None, None, None, None, None, None)
-
-
-def projected_smoothed_nll(
-    hidden: Tensor,
-    weight: Tensor,
-    bias: Tensor | None,
-    target: Tensor,
-    epsilon: float,
-    pad_id: int,
-    kept: KeptTable,
-    dtype: torch.dtype | None = None,
-    backend: str = "mkl",
-) -> tuple[Tensor, Tensor, int]:
-    """label_smoothed_nll(F.linear(hidden, weight, bias), ...) for training, over a table kept in `kept`.
-
-    hidden (B, T, D): the decoder's output (`model(src, tgt_in, project=False)`); weight (V, D) and bias
-    (V,): the pre-softmax projection's (§3.4; `model.output_proj.matrix`, `model.logits_bias`). The
-    products run in `dtype` (autocast's, None for the model's own) on `backend` (train.gemm). Call
-    backward on the loss before the next call with the same `kept`: the table is written over.
-    """
-    with torch.autocast(hidden.device.type, enabled=False):  # the dtype is explicit here
-        loss, nll = _ProjectedSmoothedNLL.apply(
-            hidden.flatten(0, 1), weight, bias, target.flatten(), epsilon, pad_id, dtype, backend, kept
-        )
-    return loss, nll.detach(), int((target != pad_id).sum())
+    z = logits.flatten(0, 1).float()  # (N, V)
+    target = target.flatten()  # (N,)
+    keep = target != pad_id  # (N,)
+    lse = z.logsumexp(dim=-1)  # (N,)
+    gold = z.gather(1, target[:, None]).squeeze(1)  # (N,)
+    nll_sum = ((lse - gold) * keep).sum()  # -log p(y), summed
+    loss = (1.0 - epsilon) * nll_sum + epsilon * ((lse - z.mean(dim=-1)) * keep).sum()
+    return loss, nll_sum.detach(), int(keep.sum())
