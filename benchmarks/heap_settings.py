@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/heap_settings.py [--rounds 3] [--steps 3] [--precision fp32]
 
 glibc maps every block above its mmap threshold (at most 32 MiB by default) freshly and unmaps it when freed,
-so the decoder's 32 MiB FFN activations cost their page faults again at every step (docs/training.md). Each
+so the decoder's 32 MiB FFN activations cost their page faults again at every step (docs/studies/training-speed.md). Each
 setting runs in its own fresh process (one warm-up step, then --steps timed ones: base shapes, MKL, fused
 Adam, the kept logits table, as benchmarks/train_step.py runs aiayn), the settings alternating round by
 round; the table gives medians per process and the per-round time ratio against glibc as it is.

@@ -48,7 +48,7 @@ def read_file(path: str) -> list[str]:
 def run(args: argparse.Namespace) -> int:
     from .. import evaluate
 
-    if args.task == "parse":  # issue 16: trees, one a line, scored by aiayn.parse.evalb
+    if args.task == "parse":  # trees, one a line, scored by aiayn.parse.evalb
         from ..parse.report import evaluate_trees
 
         return evaluate_trees(args.hyp, args.ref, args.json)

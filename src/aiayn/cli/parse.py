@@ -41,7 +41,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--constrained", action="store_const", const="constrained", dest="search", help=argparse.SUPPRESS
-    )  # the default since session 9; kept for older scripts
+    )  # the default now; kept for older scripts
     parser.add_argument("--batch-size", type=at_least(1), default=32, help="sentences per batch (default 32)")
     parser.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, ...")
     parser.add_argument("--truncate", action="store_true", help="cut sentences longer than the model takes")

@@ -1,5 +1,5 @@
 """A decoding step's two attentions in C (`attend.c`): self-attention through a row table, so that reordering beams
-copies no cache, and encoder-decoder attention. Not in the paper: a speed measure (docs/translation.md, "Beams
+copies no cache, and encoder-decoder attention. Not in the paper: a speed measure (docs/studies/translation-speed.md, "Beams
 reordered without copying the cache").
 
 `state.KVBuffer` keeps each position's keys and values where they were written. A `state.RowTable`, shared by

@@ -1,18 +1,16 @@
 """Decoding's matrix products on the faster of the CPU's two float32 backends. Not in the paper: a speed measure.
 
-PyTorch's CPU build runs `F.linear` on MKL's sgemm; oneDNN, which it also ships, is reached
-through `torch.ops.mkldnn._linear_pointwise`. Which is faster depends on the host: on some 2-core
-AMD EPYC machines MKL reaches about half of oneDNN's rate for decoding's few-row products, on
-others it is the faster (docs/translation.md). So `choose` measures both on the model's own shapes
-(a few products, well under a second) when a `Translator` loads and takes oneDNN where it is clearly
-the faster (`ONEDNN_MARGIN`). With few rows (batch 1) the vocabulary's product is the larger part of
-a step, and oneDNN runs it 1.5-2x faster on a matrix packed once for it than either backend on the
-plain one; so the same measurement also times the packed vocabulary, and "+packed" is added where it
-makes the step's products faster (by `PACKED_MARGIN` where its fresh logits each step are large). A
-backend can be forced by an option or by the environment variable AIAYN_GEMM (mkl, onednn,
-mkl+packed, onednn+packed, onednn+gemv), so that a run can be reproduced.
-Under torch.distributed every rank takes rank 0's choice. Both compute x W^T + b in float32: the
-logits agree to rounding (tests/test_backend.py), the translations are the same.
+PyTorch's CPU build runs `F.linear` on MKL's sgemm; oneDNN, which it also ships, is reached through
+`torch.ops.mkldnn._linear_pointwise`. Which is faster for decoding's few-row products depends on the host, so
+`choose` measures both on the model's own shapes (a few products, well under a second) when a `Translator`
+loads, and takes oneDNN where it is clearly the faster (`ONEDNN_MARGIN`). With few rows (batch 1) the
+vocabulary's product is the larger part of a step, and oneDNN runs it faster on a matrix packed once for it; so
+the same measurement also times the packed vocabulary, and "+packed" is added where it makes the step's products
+faster (by `PACKED_MARGIN` where its fresh logits each step are large). A backend can be forced by an option or by
+the environment variable AIAYN_GEMM (mkl, onednn, mkl+packed, onednn+packed, onednn+gemv), so that a run can be
+reproduced. Under torch.distributed every rank takes rank 0's choice. Both compute x W^T + b in float32: the
+logits agree to rounding (tests/test_backend.py), the translations are the same. The measurements behind each
+threshold: docs/studies/translation-speed.md and translation-memory.md.
 
 - "mkl": matrices stored column-major (`layout.for_decoding`), so x W^T is MKL's NN product.
 - "onednn": matrices kept as stored (row-major); every linear layer and the pre-softmax projection
@@ -23,8 +21,7 @@ logits agree to rounding (tests/test_backend.py), the translations are the same.
 - "+packed": every matrix oneDNN multiplies at a step packed once for its float32 product and held only
   so. The vocabulary matrix (§3.4: the embeddings' and the projection's), whose rows the embeddings read
   out of the packing (`vocabulary.py`, `packed.py`); with oneDNN's layers, the decoder's layer matrices
-  too (with MKL's, they stay column-major for MKL). Packed, a 2-core EPYC host multiplies a step's
-  decoder matrices at 4 rows in 0.6 of the time oneDNN takes on the plain ones (docs/translation.md).
+  too (with MKL's, they stay column-major for MKL).
 """
 
 from __future__ import annotations
@@ -49,35 +46,24 @@ from .packed import float32_available, reorder_float32
 LAYER_BACKENDS = ("mkl", "onednn")  # what runs the linear layers (training's choice too: cpu/train_gemm.py)
 BACKENDS = (*LAYER_BACKENDS, "mkl+packed", "onednn+packed", "onednn+gemv")
 ENV = "AIAYN_GEMM"
-# oneDNN is taken only where its products measure at least this much faster than MKL's. The products
-# alone do not show one cost: oneDNN returns the (rows, V) logits as a new tensor each step, where the
-# MKL path writes them into one buffer (`projection.py`), and the C heap may hand those 30 MiB back and
-# fault them in again (at beam 4, batch 32: 60k-240k page faults a batch against 43k). On an Intel
-# host with AMX the two measured level (MKL / oneDNN time 0.92-1.12 at 128 rows over 16 measurements),
-# and in decoding MKL was 4-11% faster at beam 4, batch 32 and peaked 100 MiB lower; where oneDNN wins
-# (2-core EPYC hosts: 1.5-2.5x MKL's rate at 4-128 rows), it wins by far more than this (docs/translation.md).
-# Where a step's logits are small (up to `FRESH_LOGITS_FREE`, below) that cost is nothing and the faster is
-# taken: at 1 row a 2-core EPYC host measured MKL's step at 1.25-1.52x oneDNN's, decoded 1.25-1.4x faster on
-# oneDNN, and under the margin took MKL in 2 processes of 6.
+# oneDNN is taken only where its products measure at least this much faster than MKL's. The products alone do not
+# show one cost: oneDNN returns the (rows, V) logits as a new tensor each step, where the MKL path writes them into
+# one buffer (`projection.py`), and the C heap may hand that memory back and fault it in again. Where a step's
+# logits are small (up to `FRESH_LOGITS_FREE`, below) that cost is nothing and the faster is taken.
 ONEDNN_MARGIN = 1.25
-# The packed vocabulary too returns each step's logits as a new tensor. Where they are small that costs
-# nothing measurable, and packing is taken wherever it measures faster: up to `FRESH_LOGITS_FREE` bytes of
-# logits (greedy at batch 32 with opus-mt's 58,101 pieces: 7.1 MiB; 1.07-1.09x faster decoding with it on a
-# 2-core AMX host), or where the layers' backend (oneDNN) returns fresh logits anyway. Larger, in place of
-# MKL's reused buffer, it must measure `PACKED_MARGIN` times faster: at beam 4, batch 32 (28 MiB) the two
-# products measured level and decoding with the packed vocabulary was 4-5% slower (docs/translation.md).
+# The packed vocabulary too returns each step's logits as a new tensor. Where they are small that costs nothing
+# measurable, and packing is taken wherever it measures faster: up to `FRESH_LOGITS_FREE` bytes of logits, or where
+# the layers' backend (oneDNN) returns fresh logits anyway. Larger, in place of MKL's reused buffer, it must measure
+# `PACKED_MARGIN` times faster.
 FRESH_LOGITS_FREE = 8 << 20
 PACKED_MARGIN = ONEDNN_MARGIN
 FEW_ROWS = 32  # up to this many rows a step's products are bound by memory: `measure` reads the whole vocabulary
-# oneDNN compiles and keeps a kernel for each shape it multiplies, about 0.4 MiB each: the encoder's products
-# (and the encoder-decoder attention's W^K, W^V) have as many rows as a batch has tokens, new at nearly every
-# batch of one sentence, and 16 sentences of opus-mt at batch 1 grew the process by 19 MiB. Up to
-# `BUCKETED_ROWS` rows those products run padded to a multiple of `ROW_BUCKET` rows (each row of x W^T is
-# its own), so at most a few shapes are compiled; the padding rows cost next to nothing there, where the
-# products are bound by reading the matrices. More rows run `BUCKETED_ROWS` at a time, the last piece padded
-# the same way: the encoder of a batch of 32 runs in groups of 8 sentences (`TransformerStep.encode_by_length`),
-# 8 x length rows, and products of each such count filled oneDNN's 64-entry cache, 7-12 MiB more than these
-# pieces keep (docs/translation.md, "Long products in pieces").
+# oneDNN compiles and keeps a kernel for each shape it multiplies: the encoder's products (and the encoder-decoder
+# attention's W^K, W^V) have as many rows as a batch has tokens, new at nearly every batch, so each would compile
+# anew and fill its caches. Up to `BUCKETED_ROWS` rows those products run padded to a multiple of `ROW_BUCKET`
+# rows (each row of x W^T is its own), so at most a few shapes are compiled; the padding rows cost next to nothing
+# there, where the products are bound by reading the matrices. More rows run `BUCKETED_ROWS` at a time, the last
+# piece padded the same way.
 ROW_BUCKET = 16
 BUCKETED_ROWS = 128
 
@@ -107,11 +93,8 @@ def onednn_linear(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
 
 # oneDNN's two kernel caches (`aiayn.cpu.onednn_caches`) for a process that only translates. When sentences end at
 # their own lengths, a batch's row count falls step by step to 1, and each count compiles the step's products
-# anew: with 16 entries batches of 32 peaked about 9% lower than with 64 (greedy 482-499 against 522-553 MiB above
-# the start, the same time in the medians; beam 4 775-822 against 828-932, 2.4% slower in them, for a reason not
-# found: both sizes compiled as many kernels); training, which reuses a step's kernels at the next step, compiled
-# more and ran 8% slower with 16 (docs/translation.md, "A smaller kernel cache for sentences of their own lengths"
-# and "Taken for the commands that only translate").
+# anew: fewer entries keep fewer of those kernels at no measured cost in time. Training, which reuses a step's
+# kernels at the next step, keeps 64.
 TRANSLATION_CACHE_ENTRIES = 16
 
 
@@ -201,9 +184,7 @@ def measure(config: ModelConfig, rows: int, repeats: int = 3) -> dict[str, float
     vocabulary, plain and (where oneDNN can) packed; with up to `gemv.MAX_ROWS` rows (where aiayn's product
     is built) also on that product. With up to `FEW_ROWS` rows the products stream their
     matrices from memory at every step, so every layer's are measured and the whole vocabulary: a
-    layer's or a slice's stay in the cache and show a rate decoding does not get (MKL's vocabulary
-    product 4.2 against 8.4 ms at 4 rows on a 2-core AMX host; one W_1 shape at 1 row showed MKL level
-    with oneDNN on a 2-core EPYC host where a step's real shapes run 1.5x faster on oneDNN). With more
+    layer's or a slice's stay in the cache and show a rate decoding does not get. With more
     rows the products are bound by arithmetic: one layer's matrices and 16,384 of the vocabulary's rows
     show the rate, scaled to the whole.
     """
@@ -212,7 +193,7 @@ def measure(config: ModelConfig, rows: int, repeats: int = 3) -> dict[str, float
     measured, copies = (V, layers) if few else (min(V, 16384), 1)
     with torch.inference_mode():
         products = {name: layers / copies * s for name, s in layer_seconds(config, rows, copies, repeats).items()}
-        trim_heap()  # the layers' stand-ins freed (glibc keeps blocks up to 32 MiB): not under the vocabulary's
+        trim_heap()  # the layers' stand-ins freed (glibc keeps large freed blocks): not under the vocabulary's
         projection = {
             name: V / measured * s for name, s in projection_seconds(rows, config.d_model, measured, repeats).items()
         }
@@ -223,7 +204,7 @@ def measure(config: ModelConfig, rows: int, repeats: int = 3) -> dict[str, float
             seconds["onednn+packed"] = products["packed"] + projection["packed"]
     if "gemv" in products and "onednn" in seconds:
         seconds["onednn+gemv"] = products["gemv"] + projection["gemv"]
-    free_mkl_buffers()  # what MKL kept for its next product: 10-17 MiB at 32-128 rows, kept for good where oneDNN wins
+    free_mkl_buffers()  # what MKL kept for its next product, which it would keep for good where oneDNN wins
     trim_heap()  # and the vocabulary's, before the model loads
     return seconds
 
@@ -291,9 +272,9 @@ def projection_seconds(rows: int, D: int, V: int, repeats: int) -> dict[str, flo
 def free_mkl_buffers() -> bool:
     """Give back the buffers MKL keeps for its next products (MKL's `mkl_free_buffers`); False where this
     PyTorch has no MKL to ask. MKL packs its operands into buffers from its own pool and keeps them: after
-    `measure` timed it at 32-128 rows, 10-17 MiB stayed resident on a 2-core EPYC host (docs/translation.md,
-    "What measuring the backends leaves"), for good where oneDNN then decodes. MKL frees only buffers no
-    product is using, and allocates them again when it next multiplies."""
+    `measure` they would stay resident for good where oneDNN then decodes (docs/studies/translation-memory.md,
+    "What measuring the backends leaves"). MKL frees only buffers no product is using, and allocates them
+    again when it next multiplies."""
     free = _mkl_free_buffers()
     if free is None:
         return False

@@ -2,8 +2,8 @@
 
 Dropout (§5.4: P_drop on every sub-layer's output and on the embedding sums) keeps each element
 with probability 1 - p and scales it by 1 / (1 - p). PyTorch's CPU kernel draws the mask one
-element at a time through `bernoulli_`: on the Multi30k recipe's step (17 masks of about 3,700 x
-256) that took about a fifth of the step (docs/training.md). Here the mask comes from 64-bit words
+element at a time through `bernoulli_`, a sizeable share of a small model's step on a CPU
+(docs/studies/training-speed.md). Here the mask comes from 64-bit words
 of the same generator, each cut into four 16-bit lanes of 15 random bits, and an element is kept
 where its lane is at least round(p * 2^15): the drop probability is p to within 2^-16 (0.1 is
 0.100006), and the scale is the exact inverse of the keep probability, so the expected output is

@@ -140,8 +140,7 @@ class _ProjectedSmoothedNLL(torch.autograd.Function):
         bias_dtype = ctx.dtypes[2]  # None without a bias
         grad_h = grad_w = grad_b = None
         if ctx.needs_input_grad[0]:
-            # oneDNN reads W^T as a view of W (V, D): no transposed copy of the vocabulary's matrix (154 ms at
-            # opus-mt's 58,101 x 512 on a 2-core EPYC host, a sixth of the product)
+            # oneDNN reads W^T as a view of W (V, D): no transposed copy of the vocabulary's matrix
             grad_h = onednn_linear(grad, w.t(), None) if ctx.onednn else torch.mm(grad, w)  # (N, D)
         if ctx.needs_input_grad[1]:
             grad_w = torch.mm(grad.t(), h)  # (V, D), MKL for either backend, as cpu/train_gemm.py does

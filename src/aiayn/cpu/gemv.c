@@ -4,9 +4,8 @@
  * bound by reading the matrices from memory. Every weight is read once, row by row as it is stored
  * (W is (N, K), row-major: PyTorch's nn.Linear layout, and the embeddings' rows), and each row of W
  * is multiplied by the M rows of x while it is in the first-level cache: a dot product per output,
- * which the compiler vectorises for the host (omp simd). Of the layouts tried (2 or 4 rows of W at
- * a time, x's rows in registers, more partial sums), this one streamed fastest on a 2-core EPYC
- * host, at a plain sum's rate with one row (docs/translation.md).
+ * which the compiler vectorises for the host (omp simd). The other layouts tried (2 or 4 rows of W at
+ * a time, x's rows in registers, more partial sums) streamed slower (docs/studies/translation-speed.md).
  *
  * Built on first use by gemv.py with -march=native, linked to the OpenMP runtime PyTorch itself has
  * loaded, and run on torch.get_num_threads() threads.
@@ -36,8 +35,7 @@ void aiayn_gemv_f32(const float *x, const float *W, const float *b, float *y, lo
 /* Greedy search's pick (greedy.py): the largest value of each of N rows of V floats and its column, as
  * torch.max(x, dim=1) gives them: the first column among equals, and a NaN counted the largest (the first NaN).
  * One vectorised pass for the maximum, then the first block of 64 that holds it (vectorised too), then that
- * block: 4 µs a row of 58,101 on a 2-core EPYC host, where a plain search for the first equal took 17. Inside a
- * batch-1 step PyTorch's topk took 170-250 µs, this 30-60 (docs/translation.md, "Greedy's pick in C").
+ * block, rather than a plain search for the first equal (docs/studies/translation-speed.md, "Greedy's pick in C").
  *
  *   x (N, V) float32, contiguous; best (N) float32, column (N) int64; from 8 rows on, the rows on `threads` threads.
  */

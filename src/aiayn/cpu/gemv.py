@@ -1,11 +1,9 @@
 """aiayn's own matrix-vector product for the few rows of a decoding step (`gemv.c`), built on first use.
-Not in the paper: a speed measure (docs/translation.md, "aiayn's own product at batch 1").
+Not in the paper: a speed measure (docs/studies/translation-speed.md, "aiayn's own product at batch 1").
 
-At batch 1 a step multiplies 1 to 4 rows (the hypotheses) by every weight matrix: 207 MB at opus-mt's
-shapes, read once a step. So the step is bound by how fast its products read memory. On a 2-core EPYC
-host oneDNN's product read the decoder's matrices at 16-19 GB/s and the vocabulary at 19-21 GB/s, while a
-plain 2-thread sum of the same matrices streamed 27-31 GB/s. `gemv.c` reads each weight once, in
-the layout PyTorch stores it, and keeps pace with that sum.
+At batch 1 a step multiplies 1 to 4 rows (the hypotheses) by every weight matrix, read once a step, so the step
+is bound by how fast its products read memory; where oneDNN's product reads the matrices slower than a plain sum
+of them streams, `gemv.c`, which reads each weight once in the layout PyTorch stores it, keeps pace with the sum.
 
 The C source ships with the package. The host's C compiler (`$CC`, else `cc`) builds it with
 `-march=native` the first time it is needed, in well under a second. The library goes into a cache
@@ -345,7 +343,7 @@ class GemvLinear(nn.Module):
     """nn.Linear with the kernel's product at up to MAX_ROWS rows and oneDNN's above (inference only).
 
     The layer's own weight and bias, as stored (row-major): no copy. A step calls it about 50 times: what does
-    not change is checked once, here (a call costs about 5 µs, against 23 when every tensor was checked each time).
+    not change is checked once, here, rather than at every call.
     """
 
     def __init__(self, linear: nn.Linear):
@@ -355,9 +353,7 @@ class GemvLinear(nn.Module):
         self.direct = takes(self.weight, self.bias)
 
     def forward(self, x: Tensor) -> Tensor:
-        params = (
-            self._parameters
-        )  # read as a dict: nn.Module's attribute lookup costs 0.5 µs a name, at ~50 calls a step
+        params = self._parameters  # read as a dict: nn.Module's attribute lookup is slow for ~50 calls a step
         weight, bias, K = params["weight"], params.get("bias"), self.in_features  # no bias: not a parameter
         rows = few_rows(x, K, weight) if self.direct else 0
         if not rows:

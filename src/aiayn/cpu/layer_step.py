@@ -2,9 +2,9 @@
 
 `Transformer.decode_step` runs the decoder's modules as written for training: (B, T, D) tensors, the
 multi-head wrappers of §3.2.2, a dropout call after every sub-layer. At a step of batch 1 the
-products read every weight once (about 7 ms at opus-mt's shapes) and the rest is the cost of
-calling small operations: the wrappers took about 0.5 ms of a 8.8 ms token (docs/translation.md,
-"The decoder step without its wrappers"). `decode_step` below is the same maths on (N, D) rows: the same modules'
+products read every weight once and the rest is the cost of calling small operations, the wrappers among
+them (docs/studies/translation-speed.md, "The decoder step without its wrappers"). `decode_step` below is
+the same maths on (N, D) rows: the same modules'
 products and attentions, the heads as views, no dropout (identity in eval), the residual added in
 place. Its logits equal `Transformer.decode_step`'s (tests/test_layer_step.py).
 
@@ -30,8 +30,8 @@ from .backend import OneDnnLinear
 from .gemv import GemvLinear
 
 # The FFN's activation in place, where it has an in-place form (relu, swish) and W_1's product returns a tensor of
-# its own (these modules do): a fresh (N, d_ff) tensor cost more than the activation itself at beam 4, batch 32
-# (docs/translation.md, "The FFN's activation in place").
+# its own (these modules do): a fresh (N, d_ff) tensor would cost more than the activation itself
+# (docs/studies/translation-speed.md, "The FFN's activation in place").
 IN_PLACE = {F.relu: F.relu_, F.silu: lambda x: F.silu(x, inplace=True)}
 OWN_OUTPUT = (nn.Linear, OneDnnLinear, GemvLinear, quantized.Linear)
 

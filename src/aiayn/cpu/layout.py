@@ -3,7 +3,7 @@
 Each decoding step multiplies a few rows (the live hypotheses: 1 to 4 x batch) by every weight
 matrix. Stored column-major (transposed), W.t() is a contiguous (in, out) matrix, so x W^T runs
 as MKL's plain NN product, faster with a few rows than with the (out, in) rows training uses
-(docs/translation.md). The shared embedding and pre-softmax matrix (§3.4) is laid out the same
+(docs/studies/translation-speed.md). The shared embedding and pre-softmax matrix (§3.4) is laid out the same
 way: the product reads it whole at every step, the lookup only a column per token. Values, shapes
 and names stay the same; only strides change.
 

@@ -22,9 +22,9 @@ from ..io import DTYPES, read_header, with_aliases
 def trim_heap() -> None:
     """Return the C heap's free memory to the system (glibc's malloc_trim; nothing elsewhere).
 
-    glibc keeps freed blocks of up to 32 MiB in the process once a block that size has been freed (its
-    mmap threshold rises), so a loader's temporaries would raise the resident memory for good, and each
-    decoding batch's buffers would land partly in new pages (`TransformerStep.start` calls this first).
+    glibc keeps large freed blocks in the process once a block that size has been freed (its mmap threshold
+    rises), so a loader's temporaries would raise the resident memory for good, and each decoding batch's
+    buffers would land partly in new pages (`CpuStep.start` calls this first).
     """
     if _malloc_trim is not None:
         _malloc_trim(0)
@@ -137,8 +137,8 @@ class MappedReads:
         """Every parameter and buffer of model still in a mapped file copied into memory of its own.
 
         The pages read are given back after each copy: a read maps the block of the file's page cache around
-        what it reads (64 KiB of small pages, more where the kernel caches the file in large blocks), and sixty
-        small tensors (biases, norms) once held 52 MiB that way at the load's peak (docs/translation.md)."""
+        what it reads (more where the kernel caches the file in large blocks), which small tensors (biases,
+        norms) would otherwise hold through the load's peak (docs/studies/translation-memory.md)."""
         for module in model.modules():
             for name, t in [*module.named_parameters(recurse=False), *module.named_buffers(recurse=False)]:
                 if self.holds(t):

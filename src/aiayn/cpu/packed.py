@@ -1,17 +1,18 @@
 """A vocabulary matrix packed once for oneDNN's product, and its rows read back out of the packing.
-Not in the paper: speed measures for translation on x86 CPUs (docs/translation.md).
+Not in the paper: speed measures for translation on x86 CPUs (docs/studies/translation-int8.md and
+translation-speed.md, "The vocabulary packed for oneDNN").
 
 int8. `torch._int_mm` multiplies by a plain int8 matrix, which oneDNN reorders into its blocked layout at
-every call: at 128 rows x 512 x 58,101 (beam 4, batch 32, opus-mt) that is most of its 14-22 ms.
-Packed once (`torch.ops.onednn.qlinear_prepack`), the same product takes 3-6 ms and gives the same
-int32 sums, scaled the same way: identical logits. oneDNN packs the int8 weights of a (K, N) = (D, V)
+every call, most of the product's time at decoding's shapes. Packed once (`torch.ops.onednn.qlinear_prepack`),
+the same product gives the same int32 sums, scaled the same way: identical logits. oneDNN packs the int8 weights of a (K, N) = (D, V)
 product as [N / n][K / 4][n][4]: four consecutive k of one column, then the same four of the next
 column, n columns to a block (n = 64 on AVX-512 and AMX CPUs; N padded up to a whole block, K up to a
-multiple of 64 or of 4).
+multiple of 64 or of 4). Other CPUs (AVX2 only) pack otherwise: `pack` finds no layout it reads there, and the
+vocabulary stays in plain rows.
 
 float32. With few rows (batch 1: 1 to 4 hypotheses) MKL's sgemm reads the plain matrix at a fraction
-of the rate oneDNN reaches on a matrix reordered once (`torch.ops.mkldnn._reorder_linear_weight`):
-38 against 72 GFLOP/s at 4 rows x 512 x 58,101 on a 2-core AMX host. oneDNN lays it out as
+of the rate oneDNN reaches on a matrix reordered once (`torch.ops.mkldnn._reorder_linear_weight`). oneDNN lays
+it out as
 [N / n][K][n], n = 64 (K padded up to a multiple of 16 where it is not one already).
 
 Either way the packed matrix is then the only copy of the vocabulary: the embedding lookups (§3.4

@@ -1,10 +1,9 @@
-"""Decoding's weights on huge pages. Not in the paper: a speed measure (docs/translation.md, "Weights on huge pages").
+"""Decoding's weights on huge pages. Not in the paper: a speed measure (docs/studies/translation-speed.md,
+"Weights on huge pages").
 
-A decoding step at batch 1 reads every weight once (207 MB at opus-mt's shapes), so its products are
-bound by how fast memory streams in. On 4 KiB pages every 4 KiB read needs its own address
-translation; on 2 MiB pages one translation covers 512 times as much. On a 2-core EPYC host aiayn's
-product (`gemv.c`) read the decoder's matrices 20-30% faster and the vocabulary 15% faster from 2 MiB
-pages, and greedy search at batch 1 took 1.16-1.30x less time a token.
+A decoding step at batch 1 reads every weight once, so its products are bound by how fast memory streams in. On
+4 KiB pages every 4 KiB read needs its own address translation; on 2 MiB pages one translation covers 512 times
+as much, and the products read the matrices faster.
 
 Linux gives a process 2 MiB pages for the memory it marks with madvise(MADV_HUGEPAGE) where transparent
 huge pages are "madvise" or "always" (/sys/kernel/mm/transparent_hugepage/enabled; most distributions

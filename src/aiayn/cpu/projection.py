@@ -1,9 +1,9 @@
 """The pre-softmax projection at a decoding step, into a buffer of its own. Not in the paper: a speed measure.
 
-At every step the logits are N x V floats (30 MiB at beam 4, batch 32 with opus-mt's 58,101
-pieces). A fresh tensor each step costs an allocation and its page faults; this module writes them
-into one buffer that it owns and rewrites at the next step, and adds the bias in place. The step
-turns them into log-probabilities in the same buffer (`TransformerStep.step`): whoever keeps the
+At every step the logits are N x V floats, tens of MiB at beam 4 and batch 32 with a large vocabulary. A fresh
+tensor each step costs an allocation and its page faults; this module writes them into one buffer that it owns
+and rewrites at the next step, and adds the bias in place. The step turns them into log-probabilities in the same
+buffer (`TransformerStep.step`): whoever keeps the
 log-probabilities of a step must copy them before the next one.
 """
 

@@ -6,8 +6,8 @@ one scale per output row, activations quantised per batch). The vocabulary matri
 embeddings and the pre-softmax projection (§3.4), is held once, as int8 rows with a scale each
 (`Int8Vocabulary`): lookups dequantise the rows they read, and the projection multiplies int8 by
 int8 straight into a logits buffer of its own (`projection.LogitsBuffer`), so the logits of a step
-take no fresh memory, nor its page faults (docs/translation.md). On x86 builds the matrix is held
-packed for oneDNN's int8 product, 3-5x faster than `torch._int_mm` on plain rows (`packed.py`). The model's
+take no fresh memory, nor its page faults (docs/studies/translation-int8.md). On x86 builds the matrix is held
+packed for oneDNN's int8 product, faster than `torch._int_mm` on plain rows (`packed.py`). The model's
 modules are swapped whole for these; the model's code does not change.
 """
 

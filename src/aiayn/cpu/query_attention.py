@@ -7,7 +7,7 @@ PyTorch's fused kernel, which sets up every (row, head) pair on its own: for sel
 rows on, for encoder-decoder attention from 2 queries a sentence (beam search) or 32 sentences
 (greedy). With fewer, the fused kernel is the faster and is kept. `for_decoding` puts these modules
 in place of the decoder's `DotProductAttention`s; the maths is eq. (1) either way
-(docs/translation.md has the measurements). Where aiayn's own kernels are built (`attend.py`), a step
+(docs/studies/translation-speed.md has the measurements). Where aiayn's own kernels are built (`attend.py`), a step
 on the CPU runs those instead (`CpuStep.uses_row_table`); these modules serve the rest.
 """
 
@@ -19,12 +19,11 @@ from torch import Tensor
 
 from ..model import DotProductAttention
 
-# The written-out formula pays for itself from this many rows on (measured on 2-core AVX-512 CPUs at
-# beam 4; docs/translation.md). Below it the fused kernel is kept.
+# The written-out formula pays for itself from this many rows on; below it the fused kernel is kept.
 MIN_ROWS_WRITTEN_OUT = 32
-# Encoder-decoder attention at a step, (B, h, K, S) with a padding mask: written out it took 303 against
-# 787 µs at 32 sentences x 4 hypotheses, 25 against 32 at 1 x 4, 145 against 193 at 32 x 1, and 20 against
-# 12 at 1 x 1 (a 2-core EPYC host, 2026-12-05, best of 20).
+# Encoder-decoder attention at a step, (B, h, K, S) with a padding mask, is written out from this many queries a
+# sentence (beams) on; one query a sentence keeps the fused kernel. The timings behind both thresholds:
+# docs/studies/translation-speed.md.
 MIN_QUERIES_WRITTEN_OUT = 2
 
 

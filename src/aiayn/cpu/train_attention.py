@@ -4,10 +4,8 @@
 picks the fused flash-attention kernel, which works through each head and block of queries in
 turn; for short sentences and narrow heads that bookkeeping costs more than the products. Its
 math kernel, the formula itself (QK^T, softmax, times V, as batched products over every head at
-once), is faster there under bf16 autocast and slower on long sequences. Measured on 2 threads,
-math / fused step time (docs/training.md): the Multi30k model (d_model 256, 4 heads, batches of
-260 x 14-15 tokens) 0.77 in bf16 and 1.00 in fp32; the lab's d_model-128 model 0.73; parsing's
-shapes (60 x 30 source, 65 target tokens, 4 layers) 0.84; 16 x 128 source, 256 target tokens 1.14.
+once), is faster there on short batches and slower on long sequences (the step times of each kernel on the
+recipes' shapes: docs/studies/training-quality.md, "Eq. (1)'s kernel").
 
 train.attention picks: "math", "fused" (PyTorch's own choice), or "auto": on a CPU, math for a
 batch whose longest side is at most MATH_UP_TO positions and fused for longer ones; fused on a

@@ -1,5 +1,5 @@
 """The vocabulary matrix held once in a form only decoding reads, and the two modules that read it.
-Not in the paper: speed measures for CPU translation (docs/translation.md).
+Not in the paper: speed measures for CPU translation (docs/studies/translation-speed.md, "The vocabulary packed for oneDNN, held once").
 
 §3.4 shares one (V, D) matrix between the embeddings and the pre-softmax projection. For decoding it
 may be held packed (float32 for oneDNN: `packed.pack_float32`, chosen by `backend.choose` where it is
@@ -36,7 +36,7 @@ class PackedProjection(nn.Module):
     """The pre-softmax linear transformation (§3.4) through the packed vocabulary, with an optional bias.
 
     oneDNN writes the logits into a new tensor at each call (it takes no output buffer); `backend.pick`
-    takes packing where that costs nothing measurable (a step's logits up to 8 MiB) or where it still wins.
+    takes packing where that costs nothing measurable (a step's small logits) or where it still wins.
     """
 
     def __init__(self, vocabulary: PackedFloat32):

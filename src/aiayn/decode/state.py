@@ -173,7 +173,7 @@ class DecoderState:
             return DecoderState(src_mask, memory_kv, caches)
         spare, buffers = state.spare, []
         # Row j of position p sits at p * N + j of a (t * N, h * d) view: one row-wise select per
-        # buffer instead of an index_select along dim 1 of (t, N, h, d) (docs/translation.md).
+        # buffer instead of an index_select along dim 1 of (t, N, h, d) (docs/studies/translation-speed.md).
         flat = (torch.arange(t, device=rows.device)[:, None] * state.rows + rows).view(-1)  # (t * N',)
         for buffer in (b for cache in state.caches for b in (cache.k, cache.v)):
             shape = (buffer.size(0), len(rows), *buffer.shape[2:])

@@ -85,7 +85,7 @@ class TransformerStep:
         """model.encode(src), the sentences encoded in groups of similar length, each cut to its longest.
 
         A batch in no particular order pads every sentence to the longest, and the encoder's products
-        spend much of their time on the padding (docs/translation.md). Padded positions, which the
+        spend much of their time on the padding (docs/studies/translation-speed.md). Padded positions, which the
         decoder never reads (they are masked), may hold zeros.
         """
         lengths = (src != self.pad_id).sum(dim=1)  # (B,)

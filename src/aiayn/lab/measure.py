@@ -103,7 +103,7 @@ def run_cost(results: dict[str, Any] | None, rate: float) -> dict[str, Any]:
         estimated = cost.paper_flops(cost.PAPER_HOURS[name])
         models[name] = {"estimated": estimated, "counted": counted, "utilisation": cost.utilisation(counted, estimated)}
     out: dict[str, Any] = {"models": models, "machine_rate": rate}
-    counted = (results or {}).get("matmul_flops", (results or {}).get("train_flops"))  # the name before issue 15
+    counted = (results or {}).get("matmul_flops", (results or {}).get("train_flops"))  # the older name of the figure
     if results and results.get("minutes") and counted:
         seconds = results.get("device_seconds", results["minutes"] * 60)
         out["run"] = {

@@ -42,7 +42,7 @@ def detect_format(directory: str | Path) -> str:
 def load_tokenizer(directory: str | Path) -> Vocab | MarianTokenizer | ParseTokenizer:
     """The tokenizer stored beside a model: spm.model (aiayn's own), else Marian's vocab.json and spm files."""
     directory = Path(directory)
-    if ParseTokenizer.is_saved_in(directory):  # a parser (issue 16): subword source, tree-symbol target
+    if ParseTokenizer.is_saved_in(directory):  # a parser: subword source, tree-symbol target
         return ParseTokenizer.load(directory)
     if (directory / io.VOCAB).is_file():
         return Vocab.load(directory / io.VOCAB)

@@ -34,7 +34,7 @@ class TokenEmbedding(nn.Embedding):
 
     def __init__(self, vocab_size: int, config: ModelConfig):
         # On the meta device (a skeleton that saved tensors will fill) nothing is initialised: random
-        # initialisers there run Python kernels that import ~70 MiB of compiler modules (torch._dynamo).
+        # initialisers there run Python kernels that import torch's compiler modules (torch._dynamo).
         skeleton = torch.get_default_device().type == "meta"
         shape = (vocab_size, config.d_model)
         super().__init__(*shape, padding_idx=config.pad_id, _weight=torch.empty(shape) if skeleton else None)

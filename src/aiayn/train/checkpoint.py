@@ -125,8 +125,8 @@ def checkpoints_to_average(directory: Path, last: int, save_every: int | None = 
     first, for the mean of §6.1.
 
     A run that stops on time or on Ctrl-C saves where it stops, often a few steps after the last
-    periodic checkpoint; averaging both would count nearly the same weights twice (on Multi30k that
-    cost 0.25 BLEU on validation, docs/training.md). So a checkpoint less than half a save interval
+    periodic checkpoint; averaging both would count nearly the same weights twice (which costs BLEU:
+    docs/studies/training-quality.md). So a checkpoint less than half a save interval
     before the next one taken is left out. save_every: the run's interval; None infers it as the
     median gap between the checkpoints (two checkpoints alone are always both taken).
     """
@@ -150,7 +150,7 @@ def checkpoints_averaged(last: int, share: float, steps: int, save_every: int) -
     of its `steps` (checkpoints `save_every` apart). Not in the paper: §6.1 averages a fixed 5 (20 big).
 
     A run that ends while its model still improves fast should average few (older weights lag);
-    one whose validation loss went flat long before its end gains from more (docs/training.md).
+    one whose validation loss went flat long before its end gains from more (docs/studies/training-quality.md).
     """
     return max(last, round(share * steps / save_every)) if share > 0 and save_every > 0 else last
 

@@ -111,13 +111,13 @@ def start_model(recipe: Recipe, out: Path, init: str | Path | None, log: Log) ->
             vocab = Vocab.load(Path(init) / "spm.model")
             start = Start(load_model(init).train(), vocab, vocab.proto)
         else:
-            from ..marian import load_any  # issue 5: a Marian directory, or an aiayn one converted from Marian
+            from ..marian import load_any  # a Marian directory, or an aiayn one converted from Marian
 
             model, tokenizer, _ = load_any(init)
             start = Start(model.train(), tokenizer, None)
         say_the_model_is_inits(recipe, start.model.config, init, log)
         return start
-    if recipe.data.format == "ptb":  # issue 16: a parser, with a target vocabulary of whole tree symbols
+    if recipe.data.format == "ptb":  # a parser, with a target vocabulary of whole tree symbols
         from .parsing import start_parser
 
         return Start(*start_parser(recipe, out, log), None)
@@ -142,7 +142,7 @@ def start_model(recipe: Recipe, out: Path, init: str | Path | None, log: Log) ->
 def load_split(recipe: Recipe, prefix: str, tokenizer, cache: Path, log: Log) -> EncodedCorpus:
     """A parallel split, encoded and length-filtered once, then read back from cache (rebuilt if not whole)."""
     d = recipe.data
-    if d.format == "ptb":  # issue 16: sentences and linearised trees from a file range of the treebank
+    if d.format == "ptb":  # sentences and linearised trees from a file range of the treebank
         from ..parse.data import read_split
 
         paths, where = [Path(d.archive)] * 2, f"{d.archive}: {prefix}"
@@ -494,7 +494,7 @@ def finish(recipe: Recipe, out: Path, start: Start, device: torch.device, log: L
     log(f"{out / 'model'}: the mean of {len(last)} checkpoint(s): {', '.join(p.name for p in last)}")
     model = load_for_decoding(out / "model", device)  # only decoded from here on: laid out for it
     results: dict = {"averaged": [p.name for p in last]}
-    if d.test and d.format == "ptb":  # issue 16: parse the test sentences, score the trees with EVALB's rules
+    if d.test and d.format == "ptb":  # a parser: parse the test sentences, score the trees with EVALB's rules
         from .parsing import test_parser
 
         results.update(test_parser(model, start.tokenizer, recipe, out, device, log))

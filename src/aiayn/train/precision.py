@@ -17,9 +17,8 @@ import torch
 def autocast_dtype(bf16: bool | str, fp16: bool, device: torch.device | None = None) -> torch.dtype | None:
     """The autocast dtype of the recipe's train.bf16 / train.fp16 flags; None = fp32.
 
-    bf16 "auto" is bf16 where the device multiplies in it natively (a CPU with AVX512-BF16 or AMX,
-    where a step took 0.65x the fp32 time on the Multi30k model; elsewhere a CPU emulates it and is
-    slower than fp32), and fp32 otherwise.
+    bf16 "auto" is bf16 where the device multiplies in it natively (a CPU with AVX512-BF16 or AMX, where a step
+    takes less time than in fp32; elsewhere a CPU emulates it and is slower than fp32), and fp32 otherwise.
     """
     if bf16 == "auto":  # fp16 asked for by name wins over the guess
         bf16 = not fp16 and native_bf16(device or torch.device("cpu"))
