@@ -197,7 +197,7 @@ def run_aiayn(work: Path, beam: int, batch_size: int, sources: list[list[int]], 
         gemm = "int8 onednn" if model.output_proj.vocabulary.packed is not None else "int8 _int_mm"
     print(f"aiayn {'int8' if int8 else 'float32'} decodes with {gemm}, {pages}", file=sys.stderr, flush=True)
     translate.gemm = gemm  # reported with the worker's figures
-    translate.model = model  # for benchmarks/code_pages.py
+    translate.model = model  # for benchmarks/probes/code_pages.py
     return translate
 
 

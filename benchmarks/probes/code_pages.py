@@ -1,7 +1,7 @@
 """How much of its library's code an engine pages in to decode: the part of the resident memory that is not its data.
 
-    .venv/bin/python benchmarks/code_pages.py                        # greedy, batch 1, both engines, float32
-    .venv/bin/python benchmarks/code_pages.py --job greedy-b32 --ops # and each PyTorch operation alone
+    .venv/bin/python benchmarks/probes/code_pages.py                        # greedy, batch 1, both engines, float32
+    .venv/bin/python benchmarks/probes/code_pages.py --job greedy-b32 --ops # and each PyTorch operation alone
 
 `benchmarks/translate.py` counts, in its peaks, the pages of each engine's library code that decoding
 touches (its "files" column): 23-26 MiB, most of it libtorch_cpu.so, for aiayn against 5-7 MiB of libctranslate2
@@ -39,6 +39,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the peers' workers (translate.py)
 import translate as bench
 
 LIBRARIES = {"aiayn": "libtorch_cpu.so", "ct2": "libctranslate2"}  # the part of the file's name to look for

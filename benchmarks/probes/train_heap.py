@@ -1,7 +1,7 @@
 """Where training's resident memory goes: glibc's heap, in use and free, as the Multi30k recipe trains.
 
-    .venv/bin/python benchmarks/train_heap.py                 # 200 steps per setting, about 8 minutes
-    .venv/bin/python benchmarks/train_heap.py --steps 100 --thresholds unset 1048576
+    .venv/bin/python benchmarks/probes/train_heap.py                 # 200 steps per setting, about 8 minutes
+    .venv/bin/python benchmarks/probes/train_heap.py --steps 100 --thresholds unset 1048576
 
 Each setting of MALLOC_MMAP_THRESHOLD_ trains recipes/multi30k-en-de.yaml from scratch in a fresh
 process (2 threads, a folder under --work). "unset" is glibc's own rule: blocks of 128 KiB or more
@@ -25,6 +25,7 @@ import threading
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the peers' workers (translate.py)
 from translate import resident_mib
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -1,6 +1,6 @@
 """Eq. (1)'s training kernel: PyTorch's math kernel against its fused one, in whole training steps.
 
-    .venv/bin/python benchmarks/attention_kernel.py [--threads 2] [--rounds 6]
+    .venv/bin/python benchmarks/probes/attention_kernel.py [--threads 2] [--rounds 6]
 
 Each row is one training step (forward, label-smoothed loss, backward, fused Adam) of a model with
 random weights on a random batch (a sixth of the rows padded), in bf16 autocast unless said; the two

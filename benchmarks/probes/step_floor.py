@@ -18,7 +18,7 @@ bound by memory bandwidth, not arithmetic. For greedy and beam 4 at batch 1 this
 It also prints the host's streaming rate (a 2-thread sum over 238 MB) and the rate the products reach.
 Rounds alternate the two engines; the table gives medians, and the ratios pair figures of one round.
 
-    .venv/bin/python benchmarks/step_floor.py --rounds 3   # prepares translate.py's folder if needed
+    .venv/bin/python benchmarks/probes/step_floor.py --rounds 3   # prepares translate.py's folder if needed
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ import sys
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the peers' workers (translate.py)
 import translate as T  # the peers' model, sentences and workers (benchmarks/, as load_memory.py imports it)
 
 JOBS = ["greedy-b1", "beam4-b1"]

@@ -2,8 +2,8 @@
 then label_smoothed_nll: a fresh logits table and a fresh gradient at each call) against the step's loss now, one
 autograd Function that writes the logits and then their gradient over one table kept across calls (issue 18).
 
-    .venv/bin/python benchmarks/projection_loss.py [--rows 256] [--rounds 6]
-    .venv/bin/python benchmarks/projection_loss.py --backend onednn [--onednn-block-mib 24]
+    .venv/bin/python benchmarks/probes/projection_loss.py [--rows 256] [--rounds 6]
+    .venv/bin/python benchmarks/probes/projection_loss.py --backend onednn [--onednn-block-mib 24]
 
 Base shapes (4,096 target tokens, d_model 512, 58,101 pieces, no bias), float32, 2 threads; the two alternate
 round by round in one process, medians. Prints the host's GEMM rates first, then the loss and gradient differences

@@ -1,6 +1,6 @@
 """The fp32 train step under glibc's heap settings: step time, minor page faults and peak memory.
 
-    .venv/bin/python benchmarks/heap_settings.py [--rounds 3] [--steps 3] [--precision fp32]
+    .venv/bin/python benchmarks/probes/heap_settings.py [--rounds 3] [--steps 3] [--precision fp32]
 
 glibc maps every block above its mmap threshold (at most 32 MiB by default) freshly and unmaps it when freed,
 so the decoder's 32 MiB FFN activations cost their page faults again at every step (docs/studies/training-speed.md). Each
@@ -53,7 +53,7 @@ print(statistics.median(times), statistics.median(faults), round(resident_mib("V
 def run(setting: str, precision: str, steps: int) -> tuple[float, float, int]:
     env = {**os.environ, "OMP_NUM_THREADS": "2", "HF_HUB_OFFLINE": "1", **SETTINGS[setting]}
     done = subprocess.run(
-        [sys.executable, "-c", CHILD, str(Path(__file__).parent), precision, str(steps)],
+        [sys.executable, "-c", CHILD, str(Path(__file__).resolve().parents[1]), precision, str(steps)],
         capture_output=True,
         text=True,
         env=env,

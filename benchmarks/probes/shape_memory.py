@@ -1,7 +1,7 @@
 """Memory as the products' shapes change: oneDNN's kernel caches as aiayn bounds them and as PyTorch leaves them.
 
-    .venv/bin/python benchmarks/shape_memory.py                   # every job, each cache size in a fresh process (about 10 minutes)
-    .venv/bin/python benchmarks/shape_memory.py --jobs own-lengths  # batches whose sentences end at their own lengths
+    .venv/bin/python benchmarks/probes/shape_memory.py                   # every job, each cache size in a fresh process (about 10 minutes)
+    .venv/bin/python benchmarks/probes/shape_memory.py --jobs own-lengths  # batches whose sentences end at their own lengths
 
 oneDNN compiles a kernel for each product shape and keeps it, with its buffers, in two caches
 (oneDNN's own and PyTorch's ideep). PyTorch leaves each at 1,024 entries; importing aiayn sets both
@@ -33,6 +33,7 @@ import sys
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the peers' workers (translate.py)
 import translate as bench
 
 RUNS = [  # (job, backend, caches: "aiayn" = as importing aiayn sets them, "pytorch" = PyTorch's 1,024,

@@ -1,6 +1,6 @@
 """Loading's own memory: the peak above each engine's runtime while it loads opus-mt-en-de's shapes.
 
-    .venv/bin/python benchmarks/load_memory.py            # 3 rounds, a fresh process per engine and round
+    .venv/bin/python benchmarks/probes/load_memory.py            # 3 rounds, a fresh process per engine and round
 
 The same model and conversions as benchmarks/translate.py (made there once, under --work); each
 engine loads its weights in a fresh process, 2 threads, and nothing is decoded, so the figure is
@@ -22,6 +22,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the peers' workers (translate.py)
 import translate as bench
 
 ENGINES = ["ct2-float32", "ct2-int8", "aiayn-float32", "aiayn-int8"]
