@@ -87,7 +87,7 @@ def print_choices(times: int, rows_list: tuple[int, ...] = (128, 32, 4, 1)) -> N
     print(
         f"Translator.load's measure, opus-mt-en-de's shapes, {times} times; oneDNN's layers are taken where MKL / "
         f"oneDNN is above 1, the packed vocabulary where it is faster; where a step's logits exceed "
-        f"{backend.FRESH_LOGITS_FREE >> 20} MiB, oneDNN's layers above {backend.ONEDNN_MARGIN} and the packed "
+        f"{backend.SMALL_LOGITS_BYTES >> 20} MiB, oneDNN's layers above {backend.ONEDNN_MARGIN} and the packed "
         f"vocabulary with MKL's layers above {backend.PACKED_MARGIN}:"
     )
     print("| rows | MKL / oneDNN step time, each measurement | MKL / MKL+packed | taken |\n| --- | --- | --- | --- |")

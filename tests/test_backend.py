@@ -46,7 +46,7 @@ def test_each_backend_forced_gives_the_same_translations_and_logits(model_dir, m
     sentences = read_lines(DATA / "test_2016_flickr.en.gz")[:40]
     translators = {name: Translator.load(model_dir, gemm=name) for name in BACKENDS}
     assert {name: t.gemm for name, t in translators.items()} == {name: name for name in BACKENDS}
-    assert all(CpuStep(t.model).lean for t in translators.values())  # a step without training's wrappers
+    assert all(CpuStep(t.model).uses_layer_step for t in translators.values())  # a step without training's wrappers
     assert type(translators["onednn"].model.output_proj) is backend.OneDnnProjection
     assert type(translators["onednn"].model.encoder.layers[0].ffn.fc1) is backend.OneDnnLinear
     for name in ("mkl+packed", "onednn+packed"):  # the vocabulary held once, packed: the embeddings read it
@@ -224,7 +224,7 @@ def test_the_measure_gives_back_the_buffers_mkl_kept_for_its_next_product():
 
 def test_auto_takes_onednn_by_a_margin_where_its_fresh_logits_are_large_and_else_where_faster(monkeypatch):
     """Its products alone do not show the fresh logits tensor oneDNN returns each step (ONEDNN_MARGIN),
-    which costs nothing measurable while small (FRESH_LOGITS_FREE)."""
+    which costs nothing measurable while small (SMALL_LOGITS_BYTES)."""
     config = ModelConfig.preset("tiny", vocab_size=58101)  # opus-mt's vocabulary: 28 MiB of logits at 128 rows
     monkeypatch.delenv(backend.ENV, raising=False)
     level = {"mkl": 1.12, "onednn": 1.0}  # the AMX host measured 0.95-1.12 and MKL decoded faster
@@ -244,7 +244,7 @@ def test_auto_packs_the_vocabulary_where_faster_and_by_a_margin_where_its_fresh_
     model_dir, monkeypatch
 ):
     """Packed, the vocabulary's logits come back as a fresh tensor each step: free while small (up to
-    FRESH_LOGITS_FREE), a cost at beam 4 x batch 32 x 58,101 pieces, where MKL writes into a buffer."""
+    SMALL_LOGITS_BYTES), a cost at beam 4 x batch 32 x 58,101 pieces, where MKL writes into a buffer."""
     opus = ModelConfig.preset("tiny", vocab_size=58101)  # measure is replaced: only the shapes count
     monkeypatch.delenv(backend.ENV, raising=False)
 

@@ -102,7 +102,7 @@ def run(code: str, env: dict[str, str]) -> subprocess.CompletedProcess:
 @pytest.mark.parametrize("V", [1, 7, 129, 1000, 58101])
 def test_greedys_pick_is_torch_max_first_among_equals_and_nan_the_largest(V):
     """The C pick returns what x.max(dim=1) returns, for rows with equal maxima, NaNs, infinities and every piece
-    banned; greedy search takes it (a topk gives equals in an order of its own)."""
+    banned; greedy search takes it through the CPU's step model (a topk gives equals in an order of its own)."""
     generator = torch.Generator().manual_seed(V)
     x = torch.randn(6, V, generator=generator)
     x[1, torch.randint(0, V, (3,), generator=generator)] = 9.0  # equals
@@ -114,9 +114,9 @@ def test_greedys_pick_is_torch_max_first_among_equals_and_nan_the_largest(V):
     values, indices = x.max(dim=1)
     assert best.shape == column.shape == (6, 1) and column.dtype == torch.long
     assert torch.equal(column[:, 0], indices) and torch.allclose(best[:, 0], values, equal_nan=True)
-    from aiayn.decode import greedy
+    from aiayn.cpu.step import CpuStep
 
-    assert torch.equal(greedy.argmax(x)[1], column)
+    assert torch.equal(CpuStep.argmax(x)[1], column)  # the pick greedy search takes from the CPU's step model
     assert gemv.argmax(x.double()) is None and (
         V == 1 or gemv.argmax(x[:, ::2]) is None
     )  # not contiguous float32: topk's
@@ -150,15 +150,16 @@ def test_greedy_search_with_the_c_pick_gives_topks_hypotheses(monkeypatch):
     """On a model's real log-probabilities (no exact ties) the pick changes nothing: greedy's hypotheses and their
     log-probabilities are the same with it and with topk."""
     from aiayn import ModelConfig, Transformer
+    from aiayn.cpu.step import CpuStep
     from aiayn.decode.greedy import greedy_hypotheses
 
     torch.manual_seed(0)
     model = Transformer(ModelConfig.preset("tiny", vocab_size=300)).eval()
     src = torch.randint(3, 300, (5, 9))
-    with_c = greedy_hypotheses(model, src)
+    with_c = greedy_hypotheses(CpuStep(model), src)
     calls = []
     monkeypatch.setattr(gemv, "argmax", lambda x: calls.append(1))  # None: topk
-    with_topk = greedy_hypotheses(model, src)
+    with_topk = greedy_hypotheses(CpuStep(model), src)
     assert calls and [[(h.tokens, h.log_prob) for h in hs] for hs in with_c] == [
         [(h.tokens, h.log_prob) for h in hs] for hs in with_topk
     ]

@@ -57,7 +57,7 @@ def test_the_step_without_wrappers_gives_the_models_logits(gemm, hypotheses):
         quantize_int8(model)
     elif gemm is not None:
         for_decoding(model, gemm)
-    assert CpuStep(model).lean  # the modules decode/ puts in place do not keep a step from it
+    assert CpuStep(model).uses_layer_step  # the modules decode/ puts in place do not keep a step from it
     src = torch.randint(4, 40, (2, 7))
     src[1, 4:] = cfg.pad_id  # a padded source: the encoder-decoder attention's mask matters
     tokens = torch.randint(4, 40, (2 * hypotheses, 6))
@@ -73,7 +73,7 @@ def test_the_search_takes_it_at_one_new_position_outside_training(monkeypatch):
     assert not layer_step.applies(model.train(), one)
     model.eval()
     # What it repeats must be the model's own modules, unhooked and not training: else the model's step runs.
-    assert layer_step.fits(model) and CpuStep(model).lean
+    assert layer_step.fits(model) and CpuStep(model).uses_layer_step
     model.decoder.layers[1].ffn.dropout.train()  # dropout kept on at inference
     assert not layer_step.fits(model)
     model.eval()

@@ -13,8 +13,9 @@ import torch
 
 from aiayn.config import DecodeConfig, ModelConfig
 from aiayn.cpu import packed
-from aiayn.cpu.quantize import Int8Embedding, Int8Vocabulary, quantize_int8
+from aiayn.cpu.quantize import Int8Vocabulary, quantize_int8
 from aiayn.cpu.step import CpuStep
+from aiayn.cpu.vocabulary import VocabularyEmbedding
 from aiayn.decode.beam import beam_search
 from aiayn.io import save_model
 from aiayn.model import Transformer
@@ -104,7 +105,7 @@ def test_quantized_model_keeps_no_float_vocabulary_matrix(share):
         reference = model(src, tgt)
         quantized = quantize_int8(model)
         logits = quantized(src, tgt)
-    assert isinstance(model.encoder.embed, Int8Embedding) and isinstance(model.decoder.embed, Int8Embedding)
+    assert isinstance(model.encoder.embed, VocabularyEmbedding) and isinstance(model.decoder.embed, VocabularyEmbedding)
     assert (model.encoder.embed.vocabulary is model.decoder.embed.vocabulary) == share
     assert (model.output_proj.vocabulary is model.decoder.embed.vocabulary) == share
     tensors = itertools.chain(model.parameters(), model.buffers())

@@ -200,7 +200,7 @@ def test_int8_translator_loads_mapped_weights_into_the_same_model(model_dir):
         assert torch.equal(translator.model(src, tgt), expected)
     from aiayn.cpu.step import CpuStep
 
-    assert CpuStep(translator.model).lean  # its steps without training's wrappers (cpu/layer_step.py)
+    assert CpuStep(translator.model).uses_layer_step  # its steps without training's wrappers (cpu/layer_step.py)
     gc.collect()
     maps = Path("/proc/self/maps")  # Linux: the file is unmapped once no tensor of the model views it
     assert not maps.exists() or str(model_dir / "model.safetensors") not in maps.read_text()

@@ -210,7 +210,7 @@ def source_reference(q: Tensor, k: Tensor, v: Tensor, mask: Tensor) -> Tensor:
     return out.transpose(1, 2).reshape(N, -1)
 
 
-def takes(attention: nn.Module) -> bool:
+def supports(attention: nn.Module) -> bool:
     """Whether a layer's attention module computes plain eq. (1), so that a kernel may stand in for it: the model's
     own, `attention.OneQueryAttention` or `attention.SourceAttention`, as they are (no subclass, hook or forward of
     its own), not training."""

@@ -49,13 +49,13 @@ ENV = "AIAYN_GEMM"
 # oneDNN is taken only where its products measure at least this much faster than MKL's. The products alone do not
 # show one cost: oneDNN returns the (rows, V) logits as a new tensor each step, where the MKL path writes them into
 # one buffer (`projection.py`), and the C heap may hand that memory back and fault it in again. Where a step's
-# logits are small (up to `FRESH_LOGITS_FREE`, below) that cost is nothing and the faster is taken.
+# logits are small (up to `SMALL_LOGITS_BYTES`, below) that cost is nothing and the faster is taken.
 ONEDNN_MARGIN = 1.25
 # The packed vocabulary too returns each step's logits as a new tensor. Where they are small that costs nothing
-# measurable, and packing is taken wherever it measures faster: up to `FRESH_LOGITS_FREE` bytes of logits, or where
+# measurable, and packing is taken wherever it measures faster: up to `SMALL_LOGITS_BYTES` bytes of logits, or where
 # the layers' backend (oneDNN) returns fresh logits anyway. Larger, in place of MKL's reused buffer, it must measure
 # `PACKED_MARGIN` times faster.
-FRESH_LOGITS_FREE = 8 << 20
+SMALL_LOGITS_BYTES = 8 << 20
 PACKED_MARGIN = ONEDNN_MARGIN
 FEW_ROWS = 32  # up to this many rows a step's products are bound by memory: `measure` reads the whole vocabulary
 # oneDNN compiles and keeps a kernel for each shape it multiplies: the encoder's products (and the encoder-decoder
@@ -326,7 +326,7 @@ def best_seconds(run, repeats: int) -> float:
     return best
 
 
-def rank_zeros(name: str) -> str:
+def rank_zero_choice(name: str) -> str:
     """Under torch.distributed, rank 0's name on every rank, so that one job computes one way."""
     if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
         shared = [name]
@@ -346,7 +346,7 @@ def choose(config: ModelConfig, rows: int, option: str | None = None) -> str:
         name = "mkl"  # config, which loading then names, rather than the measure asking for terabytes first)
     if name is None:
         name = pick(measure(config, rows), logits_bytes=4 * rows * config.target_vocab_size)
-    return rank_zeros(name)
+    return rank_zero_choice(name)
 
 
 # The measure's stand-in matrices at most (opus-mt's: 0.2 GiB): a quarter of this machine's memory, 16 GiB at most.
@@ -365,10 +365,10 @@ def stand_in_bytes(config: ModelConfig) -> int:
 def pick(seconds: dict[str, float], logits_bytes: int) -> str:
     """The backend `choose` takes for these measured step times, a step's float32 logits being logits_bytes:
     oneDNN's layers where faster than MKL's, `ONEDNN_MARGIN` times where their fresh logits would take the
-    place of MKL's buffer for more than `FRESH_LOGITS_FREE`; then the packed vocabulary where it is faster,
-    and by `PACKED_MARGIN` where it would replace MKL's buffer for more than `FRESH_LOGITS_FREE`; last, aiayn's
+    place of MKL's buffer for more than `SMALL_LOGITS_BYTES`; then the packed vocabulary where it is faster,
+    and by `PACKED_MARGIN` where it would replace MKL's buffer for more than `SMALL_LOGITS_BYTES`; last, aiayn's
     own product where measured (up to `gemv.MAX_ROWS` rows) and faster than that (its logits go into a buffer)."""
-    large = logits_bytes > FRESH_LOGITS_FREE
+    large = logits_bytes > SMALL_LOGITS_BYTES
     margin = ONEDNN_MARGIN if large else 1.0
     name = "onednn" if "onednn" in seconds and seconds["onednn"] * margin < seconds["mkl"] else "mkl"
     packed = seconds.get(f"{name}+packed")

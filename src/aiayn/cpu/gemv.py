@@ -280,7 +280,7 @@ def product(x: Tensor, weight: Tensor, bias: Tensor | None = None, out: Tensor |
     N = weight.size(0)
     out = torch.empty(M, N, dtype=torch.float32) if out is None else out
     if (
-        not takes(weight, bias)
+        not supports(weight, bias)
         or weight.size(1) != K
         or out.shape != (M, N)
         or M > MAX_ROWS
@@ -308,7 +308,7 @@ def _multiply(x: Tensor, weight: Tensor, bias: Tensor | None, out: Tensor) -> Te
     return out
 
 
-def takes(matrix: Tensor, bias: Tensor | None) -> bool:
+def supports(matrix: Tensor, bias: Tensor | None) -> bool:
     """Whether a module's matrix (N, K) and bias (N,) can go to the kernel: checked once, when it is made."""
     return (
         kernel() is not None
@@ -350,7 +350,7 @@ class GemvLinear(nn.Module):
         super().__init__()
         self.weight, self.bias = linear.weight, linear.bias
         self.in_features, self.out_features = linear.in_features, linear.out_features
-        self.direct = takes(self.weight, self.bias)
+        self.direct = supports(self.weight, self.bias)
 
     def forward(self, x: Tensor) -> Tensor:
         params = self._parameters  # read as a dict: nn.Module's attribute lookup is slow for ~50 calls a step
@@ -371,7 +371,7 @@ class GemvProjection(BufferedProjection):
 
     def forward(self, hidden: Tensor, bias: Tensor | None = None) -> Tensor:
         weight = self.projection.matrix  # (V, D)
-        rows = few_rows(hidden, weight.size(1), weight) if hidden.dim() == 2 and takes(weight, bias) else 0
+        rows = few_rows(hidden, weight.size(1), weight) if hidden.dim() == 2 and supports(weight, bias) else 0
         if not rows:
             from .backend import onednn_linear
 

@@ -85,23 +85,28 @@ def decode_step(
     y = decoder.embed(tokens[:, 0]) + decoder.positions(1, caches[0].length)  # (N, D)
     # Caches with a row table were made for aiayn's own attention kernels (`CpuStep.uses_row_table`), which
     # take float32: under autocast the products give bfloat16, and the caches are read through their table instead.
-    own = getattr(caches[0], "table", None) is not None and not torch.is_autocast_enabled("cpu")
+    through_table = getattr(caches[0], "table", None) is not None and not torch.is_autocast_enabled("cpu")
     for layer, kv, cache in zip(decoder.layers, memory_kv, caches, strict=True):
-        y = layer_step(layer, y, kv, src_mask, cache, own)
+        y = layer_step(layer, y, kv, src_mask, cache, through_table)
     return model.project(y)
 
 
 def layer_step(
-    layer: DecoderLayer, y: Tensor, memory_kv: KeyValue, src_mask: Tensor, cache: SelfAttentionCache, own: bool = False
+    layer: DecoderLayer,
+    y: Tensor,
+    memory_kv: KeyValue,
+    src_mask: Tensor,
+    cache: SelfAttentionCache,
+    through_table: bool = False,
 ) -> Tensor:
     """`DecoderLayer.forward` at one position: y (N, D) -> (N, D), each sub-layer LayerNorm(y + Sublayer(y)) (§3.1);
-    own: both attentions on `attend.c` (cache a `state.KVBuffer` with a row table), else on the layer's modules."""
+    through_table: both attentions on `attend.c` (cache a `state.KVBuffer` with a row table), else on the layer's modules."""
     N, _ = y.shape
     attn = layer.self_attn
     h, d_k, d_v = attn.heads, attn.d_k, attn.d_v
     new = KeyValue(attn.k_proj(y).view(N, h, 1, d_k), attn.v_proj(y).view(N, h, 1, d_v))
     q = attn.q_proj(y).view(N, h, d_k)
-    if own:
+    if through_table:
         cache.write(new)
         out = attend.attend(q, cache.k, cache.v, cache.table.rows, cache.length)  # (N, h * d_v), through its table
     else:
@@ -111,7 +116,7 @@ def layer_step(
     # Encoder-decoder attention: the K hypotheses of a sentence attend as K query positions of its source.
     attn = layer.cross_attn
     B = memory_kv.k.size(0)
-    if own:
+    if through_table:
         out = attend.source(attn.q_proj(y).view(N, h, d_k), memory_kv.k, memory_kv.v, src_mask)  # (N, h * d_v)
     else:
         q = attn.q_proj(y).view(B, N // B, h, d_k).transpose(1, 2)  # (B, h, K, d_k)

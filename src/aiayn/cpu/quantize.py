@@ -90,9 +90,6 @@ class Int8Vocabulary(nn.Module):
         return out if bias is None else out.add_(bias)
 
 
-Int8Embedding = VocabularyEmbedding  # TokenEmbedding (§3.4) reading its rows from an Int8Vocabulary
-
-
 class Int8Projection(nn.Module):
     """The pre-softmax linear transformation (§3.4) through an Int8Vocabulary, with an optional bias."""
 
@@ -128,7 +125,7 @@ def quantize_int8(model: Transformer, release: Callable[[], None] | None = None)
         if isinstance(embed, TokenEmbedding):
             if id(embed.weight) not in tables:
                 tables[id(embed.weight)] = Int8Vocabulary(embed.weight, release=release)
-            stack.embed = Int8Embedding(tables[id(embed.weight)], embed.scale)
+            stack.embed = VocabularyEmbedding(tables[id(embed.weight)], embed.scale)
     vocabulary = (
         model.decoder.embed.vocabulary
         if model.config.tie_output

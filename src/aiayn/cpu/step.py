@@ -26,7 +26,7 @@ from .memory import trim_heap
 class CpuStep(TransformerStep):
     def __init__(self, model: Transformer):
         super().__init__(model)
-        self.lean = layer_step.fits(model)  # a step without training's wrappers, where it computes the same
+        self.uses_layer_step = layer_step.fits(model)  # a step without training's wrappers, where it computes the same
 
     def start(self, src: Tensor, capacity: int = 64) -> DecoderState:
         trim_heap()
@@ -39,15 +39,17 @@ class CpuStep(TransformerStep):
         through a row table, so that reordering beams copies no cache, and encoder-decoder attention. That needs
         the lean step (`layer_step`), the model's own attention modules as they are (checked at every `start`:
         a module swapped in later runs), float32 on the CPU, and the kernels built."""
-        if memory.dtype != torch.float32 or memory.device.type != "cpu" or not self.lean:
+        if memory.dtype != torch.float32 or memory.device.type != "cpu" or not self.uses_layer_step:
             return False
         modules = [
             m for layer in self.model.decoder.layers for m in (layer.self_attn.attention, layer.cross_attn.attention)
         ]
-        return all(attend.takes(m) for m in modules) and attend.kernel() is not None
+        return all(attend.supports(m) for m in modules) and attend.kernel() is not None
 
     def logits(self, tokens: Tensor, state: DecoderState) -> Tensor:
-        if self.lean and layer_step.applies(self.model, tokens):  # the same maths without training's wrappers
+        if self.uses_layer_step and layer_step.applies(
+            self.model, tokens
+        ):  # the same maths without training's wrappers
             return layer_step.decode_step(self.model, tokens, state.memory_kv, state.src_mask, state.caches)
         return super().logits(tokens, state)
 

@@ -30,7 +30,7 @@ from torch.overrides import TorchFunctionMode
 
 from ..config import ModelConfig
 from .backend import LAYER_BACKENDS as BACKENDS
-from .backend import best_seconds, forced, layers_of, onednn_available, onednn_linear, rank_zeros
+from .backend import best_seconds, forced, layers_of, onednn_available, onednn_linear, rank_zero_choice
 
 CHOICES = ("auto", *BACKENDS)
 MIN_GAIN = 1.10  # auto takes oneDNN only when MKL takes at least this much longer
@@ -133,4 +133,4 @@ def choose(
     if name is None:
         seconds = measure(config)
         name = "onednn" if seconds.get("onednn", float("inf")) * MIN_GAIN <= seconds["mkl"] else "mkl"
-    return rank_zeros(name)
+    return rank_zero_choice(name)

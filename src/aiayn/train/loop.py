@@ -77,7 +77,7 @@ def apply_optimizer_settings(optimizer: torch.optim.Optimizer, cfg: TrainConfig)
             group["weight_decay"] = cfg.weight_decay
 
 
-def say_the_model_is_inits(recipe: Recipe, config: ModelConfig, init: str | Path, log: Log) -> None:
+def report_unused_model_fields(recipe: Recipe, config: ModelConfig, init: str | Path, log: Log) -> None:
     """With --init, the model's sizes are init's: say which of the recipe's model fields are not used."""
     try:
         wanted = recipe.model_config(config.vocab_size).to_dict()
@@ -115,7 +115,7 @@ def start_model(recipe: Recipe, out: Path, init: str | Path | None, log: Log) ->
 
             model, tokenizer, _ = load_any(init)
             start = Start(model.train(), tokenizer, None)
-        say_the_model_is_inits(recipe, start.model.config, init, log)
+        report_unused_model_fields(recipe, start.model.config, init, log)
         return start
     if recipe.data.format == "ptb":  # a parser, with a target vocabulary of whole tree symbols
         from .parsing import start_parser
