@@ -4,13 +4,15 @@
     python benchmarks/ab.py /tmp/aiayn-old/src src --rounds 5
 
 Each round starts one worker process per checkout (in alternating order), with PYTHONPATH set to
-that checkout's src/. A worker builds the same random model from a fixed seed (opus-mt-en-de's
-shapes, as ../shared/PEERS.md measures the peers; small training shapes for the train step), makes
-it ready for decoding as `Translator.load` does, and times beam 4 and greedy search at batch 32 with
-every output forced to OUT_LEN tokens, three optimizer steps (`train`: fp32, small shapes) and eight of
-the Multi30k recipe's (`train-m30k`: its model and ~3,600-token batches, bf16 autocast where the CPU
-has it, through the checkout's own training contexts). The table gives, per job, the median
-over rounds of the per-round ratio new/old of the times (above 1: the new code is slower).
+that checkout's src/, one process per job. A worker builds the same random model from a fixed seed
+(opus-mt-en-de's shapes, as ../shared/PEERS.md measures the peers; small training shapes for the train
+step), makes it ready for decoding as `Translator.load` does with MKL forced (int8: quantised first), and
+times beam 4 and greedy search at batch 32 and at batch 1 (8 sentences one at a time) with every output
+forced to OUT_LEN tokens, int8 beam 4 at batch 32, three optimizer steps (`train`: fp32, small shapes) and
+eight of the Multi30k recipe's (`train-m30k`: its model and ~3,600-token batches, bf16 autocast where the
+CPU has it, through the checkout's own training step). The imports follow each checkout's layout (the CPU
+package or the modules before it). The table gives, per job, the median over rounds of the per-round ratio
+new/old of the times (above 1: the new code is slower) and of the worker's peak resident memory.
 """
 
 from __future__ import annotations
@@ -43,13 +45,16 @@ from aiayn.train.schedule import rate
 torch.set_num_threads(2)
 out_len, batch, seed, jobs = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4].split(",")
 V, EOS, PAD = 58101, 0, 58100
+B1_SENTENCES = 8
 times = {}
 if any(j != "train" for j in jobs):
     torch.manual_seed(seed)
     config = ModelConfig(vocab_size=V, d_model=512, d_ff=2048, n_heads=8, n_layers=6, activation="swish",
                          sinusoid_layout="halves", final_logits_bias=True, pad_id=PAD, bos_id=PAD, eos_id=EOS,
                          unk_id=1, max_len=512)
-    model = for_decoding(Transformer(config))
+    model = Transformer(config)
+    if "int8-beam4" not in jobs:
+        model = for_decoding(model)
     class NoEos(Step):
         def step(self, tokens, cache):
             log_probs, cache = super().step(tokens, cache)
@@ -62,12 +67,22 @@ if any(j != "train" for j in jobs):
         src[i, :n] = torch.randint(2, V - 1, (n,), generator=g)
         src[i, n] = EOS
     cfg = DecodeConfig(beam_size=4, alpha=1.0, length_penalty="power", max_len=out_len, extra_len=out_len)
+    if "int8-beam4" in jobs:  # int8 as Translator.load(int8=True) makes it: quantised, then laid out for decoding
+        try:
+            from aiayn.cpu.quantize import quantize_int8
+        except ImportError:  # a checkout from before aiayn.cpu
+            from aiayn.decode.quantize import quantize_int8
+        model = for_decoding(quantize_int8(model.eval()))
     step = NoEos(model)
-    for job, search, c in (("beam4", beam_search, cfg), ("greedy", greedy_hypotheses, cfg.replace(beam_size=1))):
+    searches = {"beam4": (beam_search, cfg, batch), "greedy": (greedy_hypotheses, cfg.replace(beam_size=1), batch),
+                "beam4-b1": (beam_search, cfg, 1), "greedy-b1": (greedy_hypotheses, cfg.replace(beam_size=1), 1),
+                "int8-beam4": (beam_search, cfg, batch)}
+    for job, (search, c, rows) in searches.items():
         if job in jobs:
-            search(step, src[:4], c)  # warm-up
+            search(step, src[:min(4, rows)], c)  # warm-up
             began = time.perf_counter()
-            search(step, src, c)
+            for i in range(0, batch if rows > 1 else B1_SENTENCES, rows):  # batch 1: sentences one at a time
+                search(step, src[i : i + rows], c)
             times[job] = time.perf_counter() - began
 def timed_steps(one_step, n):
     one_step(0)  # warm-up
@@ -149,6 +164,8 @@ if "train-m30k" in jobs:  # the Multi30k recipe's step: bf16 autocast where nati
         opt.step()
         opt.zero_grad(set_to_none=True)
     times["train-m30k"] = timed_steps(m30k_step, 8)
+import resource
+times["peak_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 print(json.dumps(times))
 """
 
@@ -167,26 +184,38 @@ def main() -> None:
     parser.add_argument("old", type=Path, help="the old checkout's src/")
     parser.add_argument("new", type=Path, help="the new checkout's src/")
     parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--jobs", nargs="+", default=["beam4", "greedy", "train"])
+    parser.add_argument(
+        "--jobs",
+        nargs="+",
+        default=["beam4", "greedy", "beam4-b1", "greedy-b1", "int8-beam4", "train", "train-m30k"],
+        help="beam4, greedy (batch 32), beam4-b1, greedy-b1 (each sentence alone), int8-beam4, train, train-m30k",
+    )
     args = parser.parse_args()
     ratios: dict[str, list[float]] = {job: [] for job in args.jobs}
+    peaks: dict[str, list[float]] = {job: [] for job in args.jobs}
     for r in range(args.rounds):
         order = [("old", args.old), ("new", args.new)]
         if r % 2:
             order.reverse()
-        times = {name: run_worker(src, args.jobs) for name, src in order}
-        for job in args.jobs:
+        for job in args.jobs:  # each job in a process of its own, so that its peak memory is its own
+            times = {name: run_worker(src, [job]) for name, src in order}
             ratios[job].append(times["new"][job] / times["old"][job])
-        print(
-            f"round {r + 1}: "
-            + ", ".join(
-                f"{j} old {times['old'][j]:.2f}s new {times['new'][j]:.2f}s ({ratios[j][-1]:.3f})" for j in args.jobs
-            ),
-            flush=True,
-        )
-    print("\n| job | new/old time, median of per-round ratios | per round |\n| --- | --- | --- |")
+            peaks[job].append(times["new"]["peak_mib"] / times["old"]["peak_mib"])
+            print(
+                f"round {r + 1}: {job} old {times['old'][job]:.2f}s {times['old']['peak_mib']:.0f} MiB, "
+                f"new {times['new'][job]:.2f}s {times['new']['peak_mib']:.0f} MiB "
+                f"(time {ratios[job][-1]:.3f}, peak {peaks[job][-1]:.3f})",
+                flush=True,
+            )
+    print(
+        "\n| job | new/old time, median of per-round ratios | per round | new/old peak RSS, median |"
+        "\n| --- | --- | --- | --- |"
+    )
     for job, values in ratios.items():
-        print(f"| {job} | {statistics.median(values):.3f} | {', '.join(f'{v:.3f}' for v in values)} |")
+        print(
+            f"| {job} | {statistics.median(values):.3f} | {', '.join(f'{v:.3f}' for v in values)} "
+            f"| {statistics.median(peaks[job]):.3f} |"
+        )
 
 
 if __name__ == "__main__":
