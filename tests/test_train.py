@@ -77,10 +77,37 @@ def test_smoothed_loss_equals_torch_cross_entropy():
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_smoothed_loss_in_row_chunks_equals_one_piece(monkeypatch, dtype):
+    # 3 rows a chunk over 28 rows: the same loss and gradient, bit for bit, as upcasting the whole table
+    # (the old code); bf16 logits (autocast's) get a bf16 gradient, as autograd's cast back gave.
+    from aiayn import smoothing
+
+    torch.manual_seed(0)
+    logits = (3 * torch.randn(4, 7, 50)).to(dtype).requires_grad_()
+    target = torch.randint(1, 50, (4, 7))
+    target[2, 4:] = 0
+    ref = F.cross_entropy(
+        logits.float().flatten(0, 1), target.flatten(), ignore_index=0, label_smoothing=0.1, reduction="sum"
+    )
+    (g_ref,) = torch.autograd.grad(ref, logits)
+    whole, _, _ = label_smoothed_nll(logits, target, 0.1, pad_id=0)
+    (g_whole,) = torch.autograd.grad(whole, logits)
+    monkeypatch.setattr(smoothing, "CHUNK_BYTES", 4 * 50 * 3)
+    assert len(smoothing.row_chunks(logits.flatten(0, 1))) == 10
+    chunked, _, _ = label_smoothed_nll(logits, target, 0.1, pad_id=0)
+    (g_chunked,) = torch.autograd.grad(chunked, logits)
+    assert chunked.item() == whole.item() and torch.equal(g_chunked, g_whole)
+    assert g_chunked.dtype == dtype
+    torch.testing.assert_close(chunked, ref)
+    torch.testing.assert_close(g_chunked, g_ref, rtol=1e-2 if dtype == torch.bfloat16 else 1e-5, atol=1e-3)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_fused_loss_in_row_chunks_equals_the_plain_loss(monkeypatch, dtype):
     # 3 rows a chunk over 28 rows: the training step's fused loss (aiayn.cpu.fused_loss) gives the plain §5.4
     # loss of the projected logits and its gradients; bf16 products (autocast's) give a bf16 table whose loss is
     # the plain loss of those bf16 logits.
+    from aiayn import smoothing
     from aiayn.cpu import fused_loss
 
     torch.manual_seed(0)
@@ -91,9 +118,9 @@ def test_fused_loss_in_row_chunks_equals_the_plain_loss(monkeypatch, dtype):
     logits = F.linear(hidden.to(dtype), weight.to(dtype))
     plain, _, _ = label_smoothed_nll(logits, target, 0.1, pad_id=0)
     plain_grads = torch.autograd.grad(plain, (hidden, weight))
-    monkeypatch.setattr(fused_loss, "CHUNK_BYTES", 4 * 50 * 3)
+    monkeypatch.setattr(smoothing, "CHUNK_BYTES", 4 * 50 * 3)
     monkeypatch.setattr(fused_loss, "PRODUCT_ROWS", 5)
-    assert len(fused_loss.row_chunks(logits.flatten(0, 1))) == 10
+    assert len(smoothing.row_chunks(logits.flatten(0, 1))) == 10
     kept = fused_loss.KeptTable()
     fused, _, _ = projected_smoothed_nll(hidden, weight, None, target, 0.1, 0, kept, dtype)
     grads = torch.autograd.grad(fused, (hidden, weight))

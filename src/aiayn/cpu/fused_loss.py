@@ -11,48 +11,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from ..smoothing import row_chunks, smoothed_gradient, smoothed_sums
 from .backend import onednn_linear
-
-CHUNK_BYTES = 4 << 20  # rows of float32 logits worked on at once on a CPU: a few MiB, so each pass reads cache
-
-
-def row_chunks(logits: Tensor) -> list[slice]:
-    """Slices of about CHUNK_BYTES of float32 rows each, covering the (N, V) logits in order; one slice off a CPU
-    (a GPU would pay a dozen kernel launches a chunk, and its reductions may split rows differently by size)."""
-    n, v = logits.shape
-    if logits.device.type != "cpu":
-        return [slice(0, n)]
-    rows = max(1, CHUNK_BYTES // (4 * v))
-    return [slice(i, min(i + rows, n)) for i in range(0, n, rows)]
-
-
-def _smoothed_sums(logits: Tensor, target: Tensor, epsilon: float, pad_id: int) -> tuple[Tensor, ...]:
-    """Summed smoothed loss and plain NLL of the (N, V) logits, with each row's logsumexp (N,) and its pad mask (N,).
-
-    With q = (1 - eps) onehot(y) + eps / V, a row's loss is logsumexp(z) - q.z: (1 - eps) times its NLL plus
-    eps times its cross-entropy against the uniform distribution, logsumexp(z) - mean(z). Rows are read a
-    chunk at a time, upcast to float32 there.
-    """
-    keep = target != pad_id  # (N,)
-    lse = torch.empty(logits.size(0), dtype=torch.float32, device=logits.device)  # (N,)
-    mean = torch.empty_like(lse)  # (N,)
-    for rows in row_chunks(logits):
-        z = logits[rows].float()  # (n, V)
-        torch.logsumexp(z, dim=-1, out=lse[rows])
-        torch.mean(z, dim=-1, out=mean[rows])
-    gold = logits.gather(1, target[:, None]).squeeze(1).float()  # (N,)
-    nll_sum = ((lse - gold) * keep).sum()  # -log p(y), summed
-    loss = (1.0 - epsilon) * nll_sum + epsilon * ((lse - mean) * keep).sum()
-    return loss, nll_sum, lse, keep
-
-
-def _smoothed_gradient(z: Tensor, lse: Tensor, target: Tensor, epsilon: float, in_place: bool = False) -> Tensor:
-    """dL/dz = softmax(z) - q of a chunk of rows z (n, V), given their logsumexp (n,), in float32: fresh, or
-    written over z itself when in_place and z is float32 (the same arithmetic either way)."""
-    g = z.sub_(lse[:, None]) if in_place and z.dtype == torch.float32 else torch.sub(z.float(), lse[:, None])
-    g = g.exp_().sub_(epsilon / z.size(-1))  # softmax(z) - eps / V
-    return g.scatter_add_(1, target[:, None], torch.full_like(lse[:, None], epsilon - 1.0))  # - (1 - eps) onehot
-
 
 PRODUCT_ROWS = 256  # rows of the projection multiplied at once on a CPU, straight into the kept table
 ONEDNN_BLOCK_BYTES = 24 << 20  # oneDNN's products come back fresh: blocks under glibc's 32 MiB mmap limit, reused
@@ -83,7 +43,7 @@ class KeptTable:
 class _ProjectedSmoothedNLL(torch.autograd.Function):
     """label_smoothed_nll(h W^T + b) with the logits, then their gradient, written over one kept table.
 
-    The forward pass multiplies h (N, D) by W (V, D) into the table, takes the loss from it (`_smoothed_sums`:
+    The forward pass multiplies h (N, D) by W (V, D) into the table, takes the loss from it (`smoothed_sums`:
     each row's logsumexp and mean, a chunk of rows at a time), and then (when a gradient is wanted) writes
     softmax(z) - q over the logits in place, row chunk by row chunk; the backward pass only multiplies that
     table by W and by h, and scales the two products by the incoming gradient. The same three matrix products as
@@ -121,13 +81,13 @@ class _ProjectedSmoothedNLL(torch.autograd.Function):
                 torch.mm(h[rows], w.t(), out=table[rows])
             else:
                 torch.addmm(b, h[rows], w.t(), out=table[rows])
-        loss, nll_sum, lse, keep = _smoothed_sums(table, target, epsilon, pad_id)
+        loss, nll_sum, lse, keep = smoothed_sums(table, target, epsilon, pad_id)
         ctx.mark_non_differentiable(nll_sum)
         ctx.onednn = onednn
         ctx.dtypes = (hidden.dtype, weight.dtype, bias.dtype if bias is not None else None)
         if any(ctx.needs_input_grad[:3]):
             for rows in row_chunks(table):  # dL/dz over the logits: in place for float32, rounded once for bf16
-                g = _smoothed_gradient(table[rows], lse[rows], target[rows], epsilon, in_place=True)
+                g = smoothed_gradient(table[rows], lse[rows], target[rows], epsilon, in_place=True)
                 g.mul_(keep[rows, None])
                 if g.dtype != table.dtype:
                     table[rows] = g
