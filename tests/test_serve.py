@@ -13,6 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import torch
 
+from aiayn import cpu
 from aiayn.cli import main
 from aiayn.config import DecodeConfig
 from aiayn.decode.beam import beam_search
@@ -77,7 +78,7 @@ def test_explain_attention_and_tree(url, model_dir, translator):
         cross = torch.stack(model(src, tgt_in, return_attention=True).attention.cross)[:, 0]
     assert torch.allclose(torch.tensor(e["attention"]["cross"]).float(), cross, atol=1e-5)
     # The tree's best finished path is beam search's best hypothesis, and the translation.
-    best = beam_search(model, src, DecodeConfig(beam_size=4))[0][0]
+    best = beam_search(cpu.step_model(model), src, DecodeConfig(beam_size=4))[0][0]  # the server's step
     assert e["target_ids"] == best.tokens and e["score"] == pytest.approx(best.score, abs=1e-5)
     assert e["translation"] == translator.translate([source])[0]
     nodes = e["tree"]["nodes"]
@@ -489,3 +490,27 @@ def test_idle_connections_never_take_the_server_down(model_dir, tmp_path):
     text = log_path.read_text()
     assert "--max-connections 1000 lowered to 192" in text and "Traceback" not in text, text[:2000]
     assert len(text) < 5000, text[:2000]
+
+
+def test_a_body_that_never_finishes_is_answered_408_and_frees_its_connection(model_dir):
+    """A client that sends its headers and part of its body, then nothing: 408 naming the body, within
+    --body-timeout-s, and the server goes on answering."""
+    import socket
+
+    with serving(model_dir, Limits(body_timeout_s=0.5)) as base:
+        host, port = base.removeprefix("http://").split(":")
+        with socket.create_connection((host, int(port)), timeout=10) as sock:
+            sock.sendall(
+                b"POST /api/translate HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                b'Content-Length: 100\r\n\r\n{"lines": ['
+            )
+            began, reply = time.monotonic(), b""
+            while b"\r\n\r\n" not in reply or not reply.rstrip().endswith(b"}"):
+                chunk = sock.recv(4096)
+                if not chunk:
+                    break
+                reply += chunk
+        assert time.monotonic() - began < 5, reply
+        head, _, body = reply.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 408") and json.loads(body)["field"] == "body", reply
+        assert request(f"{base}/api/translate", {"lines": ["A dog."]})[0] == 200

@@ -27,6 +27,7 @@ HELP = {
     "max_batch_lines": "lines in one model batch",
     "max_connections": "connections open at once; one more is answered 503 (fewer where the open-file limit is lower)",
     "header_timeout_s": "seconds a connection may take to send its request's headers before it is closed",
+    "body_timeout_s": "seconds a request may take to send its body after its headers (then 408)",
 }
 
 

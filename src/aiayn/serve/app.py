@@ -7,6 +7,7 @@ positions,cost}; the page at / and its files under /static/. Every error is a JS
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import ipaddress
 import json
@@ -148,7 +149,7 @@ class Api:
         )
 
     async def translate(self, request: Request) -> Response:
-        body = await read_json(request, self.limits.max_body_bytes)
+        body = await read_json(request, self.limits.max_body_bytes, self.limits.body_timeout_s)
         req = translate_request(body, self.limits, self.translator.config.beam_size)
         encode_or_fail(self.translator, req.lines, "lines")
         results = await self.worker.translate(req.lines, req.beam_size, req.alpha, req.n_best)
@@ -161,7 +162,7 @@ class Api:
         return JSONResponse(reply)
 
     async def explain(self, request: Request) -> Response:
-        body = await read_json(request, self.limits.max_body_bytes)
+        body = await read_json(request, self.limits.max_body_bytes, self.limits.body_timeout_s)
         req = explain_request(body, self.limits, self.config.target_vocab_size)
         src_ids = encode_or_fail(self.translator, [req.source], "source")[0]
         return JSONResponse(await self.worker.run_alone(lambda: self.inspector.explain(req, src_ids)))
@@ -196,11 +197,24 @@ def encode_or_fail(translator: Translator, lines: list[str], field: str) -> list
         raise ApiError(422, name, f"{name}: {err.detail}") from None
 
 
-async def read_json(request: Request, max_bytes: int) -> Any:
-    """The request body parsed as JSON; over max_bytes is 413, not JSON is 400."""
+async def read_json(request: Request, max_bytes: int, timeout_s: float = 30.0) -> Any:
+    """The request body parsed as JSON; over max_bytes is 413, not all there within timeout_s is 408, not JSON
+    is 400."""
     length = request.headers.get("content-length", "")
     if length.isdigit() and int(length) > max_bytes:
         raise ApiError(413, "body", f"the body has {int(length)} bytes, more than this server's limit of {max_bytes}")
+    try:
+        body = await asyncio.wait_for(read_body(request, max_bytes), timeout_s)
+    except asyncio.TimeoutError:  # a client that sends its body slowly, or not at all, does not hold the server
+        raise ApiError(408, "body", f"the body did not arrive within {timeout_s:g} s") from None
+    try:
+        return json.loads(body)
+    except (ValueError, RecursionError) as err:
+        raise ApiError(400, "body", f"the body is not valid JSON: {err}") from None
+
+
+async def read_body(request: Request, max_bytes: int) -> bytearray:
+    """The request body, at most max_bytes (413 past them)."""
     body = bytearray()
     try:
         async for chunk in request.stream():
@@ -209,10 +223,7 @@ async def read_json(request: Request, max_bytes: int) -> Any:
                 raise ApiError(413, "body", f"the body is more than this server's limit of {max_bytes} bytes")
     except ClientDisconnect:  # no one to answer; not a fault of the server's (no traceback in its log)
         raise ApiError(400, "body", "the client went away before the whole body arrived") from None
-    try:
-        return json.loads(body)
-    except (ValueError, RecursionError) as err:
-        raise ApiError(400, "body", f"the body is not valid JSON: {err}") from None
+    return body
 
 
 async def api_error(request: Request, err: ApiError) -> Response:

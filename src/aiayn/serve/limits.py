@@ -25,6 +25,7 @@ class Limits:
     max_batch_lines: int = 256  # lines the worker puts into one model batch
     max_connections: int = 1000  # open at once (aiayn serve); one more is answered 503 and closed
     header_timeout_s: float = 10.0  # from a connection's opening, or its last response, to its next request's headers
+    body_timeout_s: float = 30.0  # from a request's headers to the end of its body: a body still arriving then is 408
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -49,6 +50,7 @@ RANGES: dict[str, tuple[float, float | None]] = {
     "max_batch_lines": (1, None),
     "max_connections": (1, None),
     "header_timeout_s": (0.001, 3600),
+    "body_timeout_s": (0.001, 3600),
 }
 
 
