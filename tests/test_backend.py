@@ -485,3 +485,17 @@ def test_the_translate_and_serve_commands_size_the_caches_before_the_model_loads
     with pytest.raises(SystemExit):
         main(["serve", "--model", str(model_dir), "--port", "0"])
     assert calls == ["caches", "load"]
+
+
+def test_a_backend_is_three_choices_spelt_as_before():
+    """Gemm: the layers' library, the packed matrices, aiayn's own product; the spellings of the command line,
+    AIAYN_GEMM, /api/model and checkpoints read and written back unchanged, and what cannot go together refused."""
+    from aiayn.cpu.backend import BACKENDS, Gemm
+
+    for name in BACKENDS:
+        assert str(Gemm.parse(name)) == name
+    assert Gemm.parse("onednn+packed") == Gemm("onednn", packed=True)
+    assert Gemm.parse("onednn+gemv") == Gemm("onednn", gemv=True)
+    for bad in ("blas", "mkl+gemv", "onednn+packed+gemv", "mkl+fast", "mkl+packed+packed"):
+        with pytest.raises(ValueError, match="GEMM backend"):
+            Gemm.parse(bad)

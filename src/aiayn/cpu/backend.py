@@ -30,6 +30,7 @@ import ctypes
 import functools
 import os
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -44,7 +45,48 @@ from .onednn_caches import set_caches
 from .packed import float32_available, reorder_float32
 
 LAYER_BACKENDS = ("mkl", "onednn")  # what runs the linear layers (training's choice too: cpu/train_gemm.py)
-BACKENDS = (*LAYER_BACKENDS, "mkl+packed", "onednn+packed", "onednn+gemv")
+
+
+@dataclass(frozen=True)
+class Gemm:
+    """Decoding's float32 products on a CPU: three independent choices, spelt "LAYERS[+packed|+gemv]" on the
+    command line, in AIAYN_GEMM, in /api/model and in checkpoints (`str(gemm)`, `Gemm.parse`)."""
+
+    layers: str = "mkl"  # what multiplies the linear layers: "mkl" or "onednn"
+    # the matrices oneDNN multiplies at a step packed once for it: the vocabulary, and with oneDNN's layers theirs
+    packed: bool = False
+    gemv: bool = False  # a step's few-row products on aiayn's own product (`gemv.py`); with oneDNN's layers only
+
+    def __post_init__(self) -> None:
+        if self.layers not in LAYER_BACKENDS:
+            raise ValueError(f"GEMM backend: the layers run on {' or '.join(LAYER_BACKENDS)}, not {self.layers!r}")
+        if self.gemv and (self.packed or self.layers != "onednn"):
+            raise ValueError("GEMM backend: +gemv goes with oneDNN's layers and plain matrices only (onednn+gemv)")
+
+    @classmethod
+    def parse(cls, name: str | Gemm) -> Gemm:
+        """ "onednn+packed" -> Gemm("onednn", packed=True); a Gemm is returned as it is."""
+        if isinstance(name, Gemm):
+            return name
+        layers, *extras = name.split("+")
+        if any(extra not in ("packed", "gemv") for extra in extras) or len(set(extras)) != len(extras):
+            raise ValueError(f"unknown GEMM backend {name!r}; choose auto, {', '.join(BACKENDS)}")
+        return cls(layers, "packed" in extras, "gemv" in extras)
+
+    def __str__(self) -> str:
+        return self.layers + "+packed" * self.packed + "+gemv" * self.gemv
+
+
+BACKENDS = tuple(
+    str(g)
+    for g in (
+        Gemm("mkl"),
+        Gemm("onednn"),
+        Gemm("mkl", packed=True),
+        Gemm("onednn", packed=True),
+        Gemm("onednn", gemv=True),
+    )
+)
 ENV = "AIAYN_GEMM"
 # oneDNN is taken only where its products measure at least this much faster than MKL's. The products alone do not
 # show one cost: oneDNN returns the (rows, V) logits as a new tensor each step, where the MKL path writes them into
@@ -68,18 +110,18 @@ ROW_BUCKET = 16
 BUCKETED_ROWS = 128
 
 
-def layers_of(name: str) -> str:
+def layers_of(name: str | Gemm) -> str:
     """The backend of the linear layers: "mkl" or "onednn"."""
-    return name.split("+")[0]
+    return Gemm.parse(name).layers
 
 
-def packs_vocabulary(name: str) -> bool:
-    return name.endswith("+packed")
+def packs_vocabulary(name: str | Gemm) -> bool:
+    return Gemm.parse(name).packed
 
 
-def uses_gemv(name: str) -> bool:
+def uses_gemv(name: str | Gemm) -> bool:
     """Whether a step's few-row products run on aiayn's own kernel (`gemv.py`)."""
-    return name.endswith("+gemv")
+    return Gemm.parse(name).gemv
 
 
 def onednn_available() -> bool:

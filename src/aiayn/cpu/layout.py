@@ -16,6 +16,7 @@ buffered pre-softmax projection (`projection.py`) and the decoder's two attentio
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from functools import partial
 
 import torch
@@ -23,7 +24,7 @@ from torch import Tensor, nn
 
 from ..io import Reader, read_safetensors
 from ..model import DotProductAttention, OutputProjection, Transformer
-from .backend import layers_of, packs_vocabulary, use_onednn, uses_gemv
+from .backend import Gemm, use_onednn
 from .memory import MappedReads
 from .projection import BufferedProjection
 from .query_attention import OneQueryAttention, SourceAttention
@@ -42,7 +43,7 @@ def column_major(t: Tensor) -> Tensor:
 
 @torch.no_grad()
 def for_decoding(
-    model: Transformer, gemm: str = "mkl", rows: int = 4, release: Callable[[], None] | None = None
+    model: Transformer, gemm: str | Gemm = "mkl", rows: int = 4, release: Callable[[], None] | None = None
 ) -> Transformer:
     """The model, in place, made ready for decoding: eval mode, and on a CPU decoding's own modules in
     place (the decoder's two attentions written out where faster; the projection into a buffer), an all-zero logits bias (Marian
@@ -57,22 +58,19 @@ def for_decoding(
     model.eval()
     if next(model.parameters()).device.type != "cpu":
         return model
-    if (
-        packs_vocabulary(gemm) and type(model.output_proj) is OutputProjection
-    ):  # first: the plain matrix is not laid out
+    choice = Gemm.parse(gemm)
+    if choice.packed and type(model.output_proj) is OutputProjection:  # first: the plain matrix is not laid out
         pack_vocabulary(model, rows, release)
-    packed_rows = rows if packs_vocabulary(gemm) and is_packed(model) else None  # oneDNN's layers packed as well
-    own = uses_gemv(gemm)
-    gemm = layers_of(gemm)
-    layout = column_major if gemm == "mkl" else row_major
+    packed_rows = rows if choice.packed and is_packed(model) else None  # oneDNN's layers packed as well
+    layout = column_major if choice.layers == "mkl" else row_major
     for module in model.modules():  # a tied embedding is one module, converted once
         for name, param in list(module.named_parameters(recurse=False)):
             if param.dim() == 2 and layout(param) is not param:
                 setattr(module, name, nn.Parameter(layout(param), requires_grad=False))
     if model.logits_bias is not None and not model.logits_bias.any():
         model.logits_bias = None
-    if gemm == "onednn":
-        use_onednn(model, packed_rows, own)
+    if choice.layers == "onednn":
+        use_onednn(model, packed_rows, choice.gemv)
     elif type(model.output_proj) is OutputProjection:  # not already replaced (int8, or a second call)
         model.output_proj = BufferedProjection(model.output_proj)
     for layer in model.decoder.layers:
@@ -85,20 +83,22 @@ def for_decoding(
     return model.eval()  # the modules put in place too: a new module is made in training mode (attention dropout)
 
 
-def for_decoding_mapped(model: Transformer, gemm: str, rows: int, maps: MappedReads) -> str:
+def for_decoding_mapped(model: Transformer, gemm: str | Gemm, rows: int, maps: MappedReads) -> str:
     """`for_decoding` for a model read with `reader(gemm, ..., maps)`, after which nothing of it stays in maps'
     files; returns the backend taken: gemm, less "+packed" where the vocabulary's layout could not be read."""
     for_decoding(model, gemm, rows, release=maps.release)
     maps.detach(model)  # the vocabulary is packed by now; a matrix that could not be is copied out
-    return layers_of(gemm) if packs_vocabulary(gemm) and not is_packed(model) else gemm
+    choice = Gemm.parse(gemm)
+    return str(replace(choice, packed=False)) if choice.packed and not is_packed(model) else str(choice)
 
 
-def reader(gemm: str, vocab_size: int, maps: MappedReads) -> Reader:
+def reader(gemm: str | Gemm, vocab_size: int, maps: MappedReads) -> Reader:
     """How to read a model's weights for decoding with this backend (`backend.py`): matrices column-major
     for MKL's layers; with "+packed", the (vocab_size, D) vocabulary left mapped in maps, to be packed a
     block at a time (`vocabulary.pack_vocabulary`, then `maps.detach`): never a second copy in memory."""
-    column = layers_of(gemm) == "mkl"
-    if not packs_vocabulary(gemm):
+    choice = Gemm.parse(gemm)
+    column = choice.layers == "mkl"
+    if not choice.packed:
         return partial(read_safetensors, column_major=column)
     return partial(
         read_safetensors,
