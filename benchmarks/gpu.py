@@ -31,6 +31,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import torch  # noqa: E402
 
+from aiayn import cpu  # noqa: E402
 from aiayn.config import DecodeConfig, ModelConfig  # noqa: E402
 from aiayn.decode.beam import beam_search  # noqa: E402
 from aiayn.model import Transformer  # noqa: E402
@@ -257,7 +258,9 @@ def bench_translation(sizes: Sizes, device: torch.device) -> list[list[str]]:
     generated: dict[str, int] = {}
 
     def run_ours() -> None:
-        generated["aiayn"] = sum(len(hyps[0].tokens) for src in batches for hyps in beam_search(ours, src, config))
+        generated["aiayn"] = sum(
+            len(hyps[0].tokens) for src in batches for hyps in beam_search(cpu.step_model(ours), src, config)
+        )
 
     def run_hf() -> None:
         generated["Hugging Face"] = sum(
@@ -305,7 +308,7 @@ def bench_translation(sizes: Sizes, device: torch.device) -> list[list[str]]:
 @torch.inference_mode()
 def agreement(ours: Transformer, hf, src: torch.Tensor, config: DecodeConfig, pad: int) -> int:
     """Sentences of one batch whose best fp32 hypothesis is the same in both engines (same weights)."""
-    mine = [hyps[0].tokens for hyps in beam_search(ours, src, config)]
+    mine = [hyps[0].tokens for hyps in beam_search(cpu.step_model(ours), src, config)]
     theirs = hf.generate(
         input_ids=src,
         attention_mask=src.ne(pad),

@@ -10,7 +10,7 @@ scaled and tied embeddings) and random weights; a batch is 128 x 32 source + 128
 no padding. The engines alternate round by round in one process (2 threads); medians of rounds.
 aiayn runs once per --gemm backend (train.gemm: its fp32 products on MKL or oneDNN; bf16 autocast
 multiplies on oneDNN either way). The projection and the loss run as the loop runs them, over one kept
-logits table (aiayn.train.loss.projected_smoothed_nll); --before adds engines that run them as the step did
+logits table (aiayn.cpu.fused_loss.projected_smoothed_nll); --before adds engines that run them as the step did
 before (the model's projection, a fresh table each step), for the ratio of the change in the same run.
 """
 

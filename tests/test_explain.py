@@ -11,7 +11,6 @@ import torch
 from aiayn.config import DecodeConfig
 from aiayn.decode.beam import beam_search
 from aiayn.decode.explain import beam_tree
-from aiayn.decode.step import as_step_model
 from aiayn.serve.explain import Inspector
 from aiayn.serve.limits import ExplainRequest
 from aiayn.translator import Translator
@@ -91,11 +90,11 @@ def test_a_forced_prefix_continues_as_beam_search_over_that_prefix(translator):
     config = DecodeConfig(beam_size=4)
     for line in SENTENCES[:2]:
         src = torch.tensor([translator.encode([line])[0]])
-        free = beam_tree(translator.model, src, config)
+        free = beam_tree(translator.step_model(), src, config)
         runner_up = [n.token for n in free.nodes if n.parent == 0][-1]
         for prefix in ([runner_up, free.best[0]], free.best[:3]):
-            tree = beam_tree(translator.model, src, config, prefix)
-            reference = beam_search(ForcedPrefix(as_step_model(translator.model), prefix), src, config)[0][0]
+            tree = beam_tree(translator.step_model(), src, config, prefix)
+            reference = beam_search(ForcedPrefix(translator.step_model(), prefix), src, config)[0][0]
             assert tree.best[: len(prefix)] == prefix and tree.best == reference.tokens
             assert tree.best_score == pytest.approx(reference.score, abs=1e-5)
             forced = [n for n in tree.nodes if n.forced]
@@ -105,7 +104,7 @@ def test_a_forced_prefix_continues_as_beam_search_over_that_prefix(translator):
 
 def test_a_prefix_ending_in_eos_is_the_whole_translation_and_a_long_one_is_refused(translator):
     src = torch.tensor([translator.encode(["A dog."])[0]])
-    tree = beam_tree(translator.model, src, DecodeConfig(beam_size=4), [7, 8, 2])
+    tree = beam_tree(translator.step_model(), src, DecodeConfig(beam_size=4), [7, 8, 2])
     assert tree.best == [7, 8, 2] and [n.finished for n in tree.nodes] == [False, False, False, True]
     with pytest.raises(ValueError, match="forced prefix has 60 tokens"):
-        beam_tree(translator.model, src, DecodeConfig(beam_size=4), [7] * 60)
+        beam_tree(translator.step_model(), src, DecodeConfig(beam_size=4), [7] * 60)

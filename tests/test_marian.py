@@ -247,9 +247,13 @@ def test_forced_eos_at_the_length_cap_equals_generate(tmp_path, sentences):
     with torch.no_grad():
         hf_greedy = generated(hf.generate(**batch, num_beams=1, do_sample=False), eos, pad)
         hf_beam = generated(hf.generate(**batch), eos, pad)
-    ours_greedy = [hyps[0].tokens for hyps in greedy_hypotheses(model, batch.input_ids, decode.replace(beam_size=1))]
-    ours_beam = [hyps[0].tokens for hyps in beam_search(model, batch.input_ids, decode)]
-    assert ours_greedy == hf_greedy and ours_beam == hf_beam
+    from aiayn import cpu
+
+    for step in (model, cpu.step_model(model)):  # the paper's step and the CPU's
+        greedy = greedy_hypotheses(step, batch.input_ids, decode.replace(beam_size=1))
+        ours_greedy = [hyps[0].tokens for hyps in greedy]
+        ours_beam = [hyps[0].tokens for hyps in beam_search(step, batch.input_ids, decode)]
+        assert ours_greedy == hf_greedy and ours_beam == hf_beam
     capped = [h for h in hf_beam + hf_greedy if len(h) == MAX_LENGTH - 1]
     assert capped and all(h[-1] == eos for h in capped)  # the cap was reached, and </s> forced there
 

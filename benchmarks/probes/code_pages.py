@@ -48,7 +48,7 @@ MADV_DONTNEED = 4
 
 def code_mappings(library: str) -> list[tuple[int, int, float, float]]:
     """(start, end, resident MiB, referenced MiB) of each executable mapping of library whose pages are all the
-    file's. Read here, not with `aiayn.io.mappings`: CTranslate2's worker runs without torch, which importing aiayn
+    file's. Read here, not with `aiayn.cpu.memory.mappings`: CTranslate2's worker runs without torch, which importing aiayn
     would load."""
     found, current = [], None
     for line in Path("/proc/self/smaps").read_text().splitlines():

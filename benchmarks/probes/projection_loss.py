@@ -8,7 +8,7 @@ autograd Function that writes the logits and then their gradient over one table 
 Base shapes (4,096 target tokens, d_model 512, 58,101 pieces, no bias), float32, 2 threads; the two alternate
 round by round in one process, medians. Prints the host's GEMM rates first, then the loss and gradient differences
 (0.0 when the two agree bit for bit), the page faults of a round and the times. --rows is how many rows the kept
-table's forward multiplies at once (aiayn.train.loss.PRODUCT_ROWS). benchmarks/train_step.py --before measures the
+table's forward multiplies at once (aiayn.cpu.fused_loss.PRODUCT_ROWS). benchmarks/train_step.py --before measures the
 whole step both ways.
 """
 

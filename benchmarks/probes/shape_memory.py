@@ -4,7 +4,7 @@
     .venv/bin/python benchmarks/probes/shape_memory.py --jobs own-lengths  # batches whose sentences end at their own lengths
 
 oneDNN compiles a kernel for each product shape and keeps it, with its buffers, in two caches
-(oneDNN's own and PyTorch's ideep). PyTorch leaves each at 1,024 entries; importing aiayn sets both
+(oneDNN's own and PyTorch's ideep). PyTorch leaves each at 1,024 entries; importing aiayn.cpu sets both
 to `aiayn.cpu.onednn_caches.ONEDNN_CACHE_ENTRIES` (64) unless the environment already sets them (src/aiayn/cpu/onednn_caches.py). Resident memory growth
 (VmRSS, MiB) after each stage of two jobs:
 
@@ -19,7 +19,7 @@ to `aiayn.cpu.onednn_caches.ONEDNN_CACHE_ENTRIES` (64) unless the environment al
 - own-lengths: benchmarks/translate.py's model and first 128 sentences loaded as its workers load them (the backend
   measured), greedy and beam 4 at batch 32 with each sentence's own limit (its length + 50; the random weights
   end none earlier), so that a batch's row count falls step by step as sentences end; with aiayn's 64 entries and
-  with the translate command's 16 (`decode.backend.caches_for_translation`): the peak and the resident memory at
+  with the translate command's 16 (`cpu.backend.caches_for_translation`): the peak and the resident memory at
   the end above the process's start (loading included), and the seconds of the batches.
 """
 
@@ -54,6 +54,7 @@ JOBS = list(dict.fromkeys(job for job, _, _ in RUNS))
 def translate_job(work: Path, gemm: str) -> list[tuple[str, float]]:
     import torch
 
+    from aiayn import cpu
     from aiayn.config import DecodeConfig
     from aiayn.cpu.layout import for_decoding
     from aiayn.decode.greedy import greedy_hypotheses
@@ -64,15 +65,16 @@ def translate_job(work: Path, gemm: str) -> list[tuple[str, float]]:
         work / "marian", unk_id=bench.UNK, read=read_safetensors if gemm == "onednn" else read_column_major
     )
     for_decoding(model, gemm)
+    step = cpu.step_model(model)  # as Translator decodes: the CPU's step, with its heap trimming
     config = DecodeConfig(beam_size=1, max_len=3, extra_len=3)
     rng, stages = random.Random(0), []
     start = bench.resident_mib("VmRSS")
     with torch.inference_mode():
         for length in range(1, 129):
-            greedy_hypotheses(model, torch.randint(2, bench.PAD, (1, length)), config)
+            greedy_hypotheses(step, torch.randint(2, bench.PAD, (1, length)), config)
         stages.append(("batch 1, lengths 1-128", bench.resident_mib("VmRSS") - start))
         for size in range(2, 33):
-            greedy_hypotheses(model, torch.randint(2, bench.PAD, (size, rng.randint(5, 60))), config)
+            greedy_hypotheses(step, torch.randint(2, bench.PAD, (size, rng.randint(5, 60))), config)
         stages.append(("then batches of 2-32", bench.resident_mib("VmRSS") - start))
     return stages
 

@@ -277,8 +277,9 @@ class Translator:
         return beam_search(step, src, config)
 
     def step_model(self) -> StepModel:
-        """The model behind the search's step interface: on this machine's CPU, aiayn.cpu's step; the paper's
-        `TransformerStep` on a GPU (aiayn.cpu's step computes the same there, with none of its kernels)."""
+        """The model behind the search's step interface: aiayn.cpu's step (`cpu.step.CpuStep`), which computes what
+        the paper's `TransformerStep` computes; off the CPU only its decoder step without training's wrappers
+        applies."""
         return cpu.step_model(self.model)
 
     def _pad(self, seqs: list[list[int]]) -> torch.Tensor:

@@ -1,7 +1,7 @@
 """Training's float32 matrix products on MKL or oneDNN. Not in the paper: a speed measure.
 
 Every linear layer goes through `F.linear`, which PyTorch's CPU build runs on MKL's sgemm; the
-pre-softmax projection is multiplied inside the training loss (train/loss.py), which takes the
+pre-softmax projection is multiplied inside the training loss (cpu/fused_loss.py), which takes the
 same backend by name. On some hosts oneDNN, which PyTorch also ships, multiplies the same
 float32 shapes much faster (decoding's case: aiayn.cpu.backend; the rates of both are printed
 by benchmarks/gemm.py). Under `products("onednn")` each float32 `F.linear` on a CPU runs its

@@ -6,6 +6,7 @@ from typing import Any
 
 import torch
 
+from .. import cpu
 from ..config import DecodeConfig
 from ..decode.beam import beam_search
 from ..model import Transformer
@@ -31,7 +32,7 @@ def translate_one(model: Transformer, tokenizer: Any, sentence: str, beam_size: 
     model.eval()
     cfg = model.config
     src = source_ids(tokenizer, sentence)  # (1, S)
-    hyp = beam_search(model, src, DecodeConfig(beam_size=beam_size))[0][0]
+    hyp = beam_search(cpu.step_model(model), src, DecodeConfig(beam_size=beam_size))[0][0]
     out = list(hyp.tokens)  # generated ids, ending in </s> unless cut at the length limit
     tgt_in = torch.tensor([[cfg.bos_id] + out[:-1]])  # (1, T): shifted right
     memory, _ = model.encode(src)  # (1, S, D)

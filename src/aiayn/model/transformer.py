@@ -154,7 +154,7 @@ class Transformer(nn.Module):
         """src (B, S), tgt_in (B, T) shifted right -> logits (B, T, V), or Output with the weights.
 
         project=False stops before the pre-softmax projection and returns the decoder's output (B, T, D):
-        training's loss multiplies it by the projection itself (train/loss.py, projected_smoothed_nll).
+        training's loss multiplies it by the projection itself (cpu/fused_loss.py, projected_smoothed_nll).
         """
         weights = Attention([], [], []) if return_attention else None
         memory, src_mask = self.encode(src, weights.encoder if weights else None)
