@@ -172,7 +172,7 @@ def write_report(path: Path, rows: list[dict], loads: list[float], src: str = "e
         "```",
         "",
     ]
-    from aiayn.io import write_atomic
+    from aiayn.weights import write_atomic
 
     write_atomic(path, "\n".join(lines).encode())  # whole or not at all
     print("\n".join(lines[: 4 + len(rows)]))

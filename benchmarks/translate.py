@@ -180,7 +180,7 @@ def run_aiayn(work: Path, beam: int, batch_size: int, sources: list[list[int]], 
         from aiayn.cpu import backend
         from aiayn.cpu.layout import for_decoding_mapped, reader
         from aiayn.cpu.memory import MappedReads
-        from aiayn.marian.convert import model_config
+        from aiayn.model_folder import model_config
 
         config, rows = model_config(work / "marian"), min(128, beam * batch_size)
         gemm, maps = backend.choose(config, rows), MappedReads()

@@ -18,8 +18,8 @@ from aiayn.cpu.packed import pack_float32
 from aiayn.cpu.step import CpuStep
 from aiayn.cpu.vocabulary import PackedProjection
 from aiayn.data.corpus import read_lines
-from aiayn.io import save_model
 from aiayn.translator import Translator
+from aiayn.weights import save_model
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k"
 pytestmark = pytest.mark.skipif(not backend.onednn_available(), reason="this PyTorch build has no oneDNN")

@@ -21,8 +21,8 @@ import torch
 from aiayn.cli import main
 from aiayn.config import DecodeConfig, ModelConfig
 from aiayn.data.vocab import Vocab
-from aiayn.io import save_model
 from aiayn.model import Transformer
+from aiayn.weights import save_model
 
 REPO = Path(__file__).resolve().parents[1]
 MULTI30K = REPO.parent / "shared" / "data" / "multi30k"

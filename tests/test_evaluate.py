@@ -14,8 +14,8 @@ import torch.nn.functional as F
 
 from aiayn import evaluate
 from aiayn.cli import main
-from aiayn.io import load_model
 from aiayn.translator import Translator
+from aiayn.weights import load_model
 from test_translate import build_tiny_model_dir, data_dir  # noqa: F401  (a fixture)
 
 

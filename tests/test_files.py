@@ -6,7 +6,7 @@ import stat
 import pytest
 
 from aiayn.files import temporary_beside
-from aiayn.io import write_atomic
+from aiayn.weights import write_atomic
 
 
 def test_write_atomic_leaves_a_users_tmp_file_alone_and_gives_open_s_permissions(tmp_path):

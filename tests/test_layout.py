@@ -1,4 +1,4 @@
-"""Weights read and laid out for decoding: aiayn.io.read_safetensors and aiayn.cpu.layout."""
+"""Weights read and laid out for decoding: aiayn.weights.read_safetensors and aiayn.cpu.layout."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ from aiayn.config import DecodeConfig, ModelConfig
 from aiayn.cpu.layout import for_decoding, is_column_major
 from aiayn.cpu.memory import MappedReads
 from aiayn.decode.beam import beam_search
-from aiayn.io import load_model, read_column_major, read_safetensors, save_model
 from aiayn.model import Transformer
+from aiayn.weights import load_model, read_column_major, read_safetensors, save_model
 
 
 def sample_tensors() -> dict[str, torch.Tensor]:

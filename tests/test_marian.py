@@ -23,14 +23,15 @@ import torch
 os.environ["HF_HUB_OFFLINE"] = "1"
 transformers = pytest.importorskip("transformers")
 
-from aiayn import io  # noqa: E402
+from aiayn import weights  # noqa: E402
 from aiayn.cli import main as cli  # noqa: E402
 from aiayn.config import ModelConfig  # noqa: E402
 from aiayn.data.vocab import Vocab  # noqa: E402
 from aiayn.decode.greedy import greedy_search  # noqa: E402
-from aiayn.marian import load_any, load_marian, model_config_from_marian  # noqa: E402
+from aiayn.marian import load_marian, model_config_from_marian  # noqa: E402
 from aiayn.marian.load import MARIAN_DEFAULTS  # noqa: E402
 from aiayn.model import Transformer, sinusoid_table  # noqa: E402
+from aiayn.model_folder import load_any  # noqa: E402
 
 DATA = Path(__file__).resolve().parents[1] / "../shared/data" / "multi30k"
 MAX_LENGTH = 20  # HF max_length, the start token included: at most 19 generated tokens
@@ -343,13 +344,13 @@ def test_pytorch_model_bin_is_read_without_running_pickled_code(marian_dir, tmp_
     message = str(refused.value)  # one line, and none of torch's advice to load it with weights_only=False
     assert message.startswith(f"{d / 'pytorch_model.bin'}: refused: not a state dict of plain tensors (")
     assert message.endswith("nothing in it was run") and "\n" not in message and "weights_only" not in message
-    from aiayn import io
+    from aiayn import weights
 
     torch_version = torch.__version__
     try:  # a torch whose weights_only check could be broken (before 2.6) is not trusted with the file at all
         torch.__version__ = "2.5.1"
         with pytest.raises(ValueError, match="not read: torch 2.5.1 cannot load a pickle without risk"):
-            io.load_plain_pickle(d / "pytorch_model.bin", "a state dict")
+            weights.load_plain_pickle(d / "pytorch_model.bin", "a state dict")
     finally:
         torch.__version__ = torch_version
 
@@ -368,7 +369,7 @@ def aiayn_dir(tmp_path_factory) -> Path:
     model = Transformer(ModelConfig.preset("tiny", vocab_size=len(vocab), max_len=64)).eval()
     with torch.no_grad():
         model.encoder.embed.weight[vocab.eos_id] *= 4
-    return io.save_model(model, tmp_path_factory.mktemp("aiayn") / "model", vocab.proto)
+    return weights.save_model(model, tmp_path_factory.mktemp("aiayn") / "model", vocab.proto)
 
 
 def test_aiayn_to_marian_and_ctranslate2_translate_identically(aiayn_dir, sentences, tmp_path):
@@ -477,7 +478,7 @@ train: {{batch_tokens: 1024, warmup_steps: 8, lr_factor: 1.0, max_steps: 15, eva
     model, tokenizer, _ = load_marian(marian_dir)
     before = validation_nll(model, tokenizer)
     assert cli(["train", str(recipe), "--init", str(init_dir), "--out", str(tmp_path / "run")]) == 0
-    tuned = io.load_model(tmp_path / "run" / "model")
+    tuned = weights.load_model(tmp_path / "run" / "model")
     assert tuned.config == model.config  # the same architecture and vocabulary
     after = validation_nll(tuned, tokenizer)
     assert after < 0.8 * before and after < math.log(model.config.vocab_size), (before, after)  # below uniform

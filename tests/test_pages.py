@@ -15,8 +15,8 @@ from aiayn import ModelConfig, Transformer
 from aiayn.cpu import pages
 from aiayn.cpu.layout import column_major, for_decoding
 from aiayn.data.corpus import read_lines
-from aiayn.io import save_model
 from aiayn.translator import Translator
+from aiayn.weights import save_model
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k"
 needs_huge_pages = pytest.mark.skipif(pages.why_not() is not None, reason=f"no huge pages here: {pages.why_not()}")
@@ -167,7 +167,7 @@ def test_a_failure_leaves_the_model_as_it_was_and_says_why(monkeypatch):
 def test_views_of_a_mapped_file_stay_where_they_are(tmp_path):
     """Tensors still in `io.MappedReads`' map of the weight file (before `detach`) are the file's pages: left alone."""
     from aiayn.cpu.memory import MappedReads
-    from aiayn.io import load_model
+    from aiayn.weights import load_model
 
     directory = save_model(model(decoding=False), tmp_path)
     maps = MappedReads()

@@ -10,7 +10,6 @@ import torch
 
 from aiayn.cli import main
 from aiayn.config import ModelConfig
-from aiayn.io import save_model
 from aiayn.model import Transformer
 from aiayn.parse.baselines import right_branching
 from aiayn.parse.evalb import evalb
@@ -20,6 +19,7 @@ from aiayn.parse.tokenizer import WORDS_FILE, ParseTokenizer, WordVocab
 from aiayn.parse.trees import parse_tree, read_treebank
 from aiayn.parser import Parser
 from aiayn.recipe import load_recipe
+from aiayn.weights import save_model
 from conftest import DATA, REPO
 
 ARCHIVE = DATA / "ptb-sample" / "treebank.zip"
@@ -351,7 +351,7 @@ def test_a_tokenizer_saved_over_another_kind_is_the_one_read_back(parser_dir, tm
     """`aiayn average --force` into a folder that held another model: the loader reads a parser's files before an
     spm.model, and a parser's whole-word source before its subwords, so the other kind's files must go."""
     from aiayn.data.vocab import Vocab
-    from aiayn.marian.convert import load_tokenizer, save_tokenizer
+    from aiayn.model_folder import load_tokenizer, save_tokenizer
 
     subwords = ParseTokenizer.load(parser_dir)
     words = ParseTokenizer.train(

@@ -17,8 +17,8 @@ from aiayn.cpu.quantize import Int8Vocabulary, quantize_int8
 from aiayn.cpu.step import CpuStep
 from aiayn.cpu.vocabulary import VocabularyEmbedding
 from aiayn.decode.beam import beam_search
-from aiayn.io import save_model
 from aiayn.model import Transformer
+from aiayn.weights import save_model
 
 # oneDNN's int8 packing, where aiayn reads its layout back: not on every CPU (an AVX2-only one packs otherwise, and
 # the vocabulary stays in plain rows there).
@@ -140,7 +140,7 @@ import torch
 from aiayn.config import ModelConfig
 from aiayn.cpu.quantize import quantize_int8
 from aiayn.cpu.memory import MappedReads
-from aiayn.io import load_model
+from aiayn.weights import load_model
 from aiayn.model import Transformer
 
 def resident(field):

@@ -23,10 +23,10 @@ from safetensors.torch import save_file
 from aiayn.cli.translate import translate_stream
 from aiayn.config import DecodeConfig, ModelConfig
 from aiayn.cpu.memory import MappedReads
-from aiayn.io import DTYPES, load_model, read_safetensors, save_model
 from aiayn.model import Transformer
 from aiayn.recipe import SECTIONS, load_recipe
 from aiayn.translator import Translator
+from aiayn.weights import DTYPES, load_model, read_safetensors, save_model
 from test_errors import model_dir, multi30k_lines, vocab  # noqa: F401  (module fixtures)
 
 PROPERTY = settings(
@@ -145,7 +145,7 @@ def small_model_dir(tmp_path_factory, vocab) -> Path:  # noqa: F811
 @SLOW_PROPERTY
 @given(configs)
 def test_any_config_json_loads_or_is_refused(small_model_dir, meta):
-    from aiayn.marian import load_any
+    from aiayn.model_folder import load_any
 
     path = small_model_dir / "config.json"
     path.write_text(json.dumps(meta))
@@ -160,7 +160,7 @@ def test_any_config_json_loads_or_is_refused(small_model_dir, meta):
 
 def test_a_changed_config_that_fits_the_weights_loads(small_model_dir):
     """The property's other side: a config.json whose shapes fit the weights gives that model."""
-    from aiayn.marian import load_any
+    from aiayn.model_folder import load_any
 
     meta = {"format": "aiayn", "model": {**SMALL.to_dict(), "p_drop": 0.3, "activation": "gelu"}}
     (small_model_dir / "config.json").write_text(json.dumps(meta))

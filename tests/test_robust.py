@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from aiayn import io
+from aiayn import weights
 from aiayn.cli import main
 from aiayn.config import ModelConfig
 from aiayn.data.corpus import EncodedCorpus, read_lines
@@ -346,7 +346,7 @@ def test_disk_full_during_a_checkpoint_keeps_the_earlier_ones(run, tmp_path, cap
         Path(path).write_bytes(b"\0" * 10)  # part of the file, then no space
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), path)
 
-    monkeypatch.setattr(io, "save_file", full)  # what a checkpoint's state tensors are written with (io.save_tensors)
+    monkeypatch.setattr(weights, "save_file", full)  # what a checkpoint's state tensors are written with (save_tensors)
     refused(capsys, train_args(out, "--train.max_steps=6"), "step-6", "No space left on device", "earlier checkpoints")
     assert snapshot(out / "checkpoints") == before  # no .tmp-step-6, step-2 and step-4 intact
     monkeypatch.undo()
@@ -542,10 +542,10 @@ def test_average_refuses_others_files_mixed_models_and_damaged_checkpoints(run, 
         "d_ff",
     )
     config.write_text((out / "model" / "config.json").read_text())
-    weights = out / "checkpoints" / "step-4" / io.WEIGHTS
-    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size * 2 // 3])  # cut short
-    refused(capsys, ["average", str(out), "--last", "2", "--out", str(tmp_path / "c")], str(weights), "unreadable")
-    refused(capsys, train_args(out, "--train.max_steps=6"), str(weights), "unreadable", "delete this checkpoint")
+    cut = out / "checkpoints" / "step-4" / weights.WEIGHTS
+    cut.write_bytes(cut.read_bytes()[: cut.stat().st_size * 2 // 3])  # cut short
+    refused(capsys, ["average", str(out), "--last", "2", "--out", str(tmp_path / "c")], str(cut), "unreadable")
+    refused(capsys, train_args(out, "--train.max_steps=6"), str(cut), "unreadable", "delete this checkpoint")
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists() and not (tmp_path / "c").exists()
 
 

@@ -17,10 +17,10 @@ from aiayn import cpu
 from aiayn.cli import main
 from aiayn.config import DecodeConfig
 from aiayn.decode.beam import beam_search
-from aiayn.io import load_model
 from aiayn.lab import cost, softmax
 from aiayn.serve.limits import Limits
 from aiayn.translator import Translator
+from aiayn.weights import load_model
 from serve_helpers import RUN_RESULTS, make_run, request, serving
 from test_translate import data_dir  # noqa: F401  (a fixture)
 

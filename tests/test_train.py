@@ -16,13 +16,13 @@ from aiayn.cli import main as cli_main
 from aiayn.config import ModelConfig
 from aiayn.cpu.fused_loss import KeptTable, projected_smoothed_nll
 from aiayn.data.vocab import Vocab
-from aiayn.io import load_model, save_model
 from aiayn.model import Transformer
 from aiayn.recipe import Recipe, load_recipe
 from aiayn.train.loop import accumulation_steps, apply_optimizer_settings, make_optimizer, train
 from aiayn.train.loss import label_smoothed_nll
 from aiayn.train.run_folder import changes
 from aiayn.train.schedule import rate
+from aiayn.weights import load_model, save_model
 
 REPO = Path(__file__).resolve().parents[1]
 VAL = REPO.parent / "shared" / "data" / "multi30k" / "val"

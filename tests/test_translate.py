@@ -15,9 +15,9 @@ import torch
 from aiayn.cli import main
 from aiayn.config import DecodeConfig, ModelConfig
 from aiayn.data.vocab import Vocab
-from aiayn.io import save_model
 from aiayn.model import Transformer
 from aiayn.translator import SentenceTooLong, Translator
+from aiayn.weights import save_model
 
 MAX_LEN = 96
 
@@ -105,7 +105,7 @@ def test_loaded_translator_is_laid_out_for_decoding_and_translates_the_same(mode
     """With MKL's products Translator.load reads matrices column-major (aiayn.cpu.layout); the translations
     do not change. (On a host where oneDNN is faster, the default takes it and keeps the layout: test_backend.)"""
     from aiayn.cpu.layout import is_column_major
-    from aiayn.io import load_model
+    from aiayn.weights import load_model
 
     loaded = Translator.load(model_dir, beam_size=3, gemm="mkl")
     assert all(is_column_major(p) for p in loaded.model.parameters() if p.dim() == 2)
@@ -191,7 +191,7 @@ def test_cli_stdin_to_stdout(model_dir, dashes):
 def test_int8_translator_loads_mapped_weights_into_the_same_model(model_dir):
     """Translator.load(int8=True) maps the weights and quantises layer by layer: same model, nothing left mapped."""
     from aiayn.cpu.quantize import quantize_int8
-    from aiayn.io import load_model
+    from aiayn.weights import load_model
 
     src, tgt = torch.randint(4, 200, (3, 9)), torch.randint(4, 200, (3, 7))
     with torch.no_grad():
@@ -209,7 +209,7 @@ def test_int8_translator_loads_mapped_weights_into_the_same_model(model_dir):
 def test_int8_stays_close_to_float32(model_dir, tmp_path):
     """int8 linear layers (with the fused Q/K/V and the tied projection) change logits only a little."""
     from aiayn.cpu.quantize import quantize_int8
-    from aiayn.io import load_model
+    from aiayn.weights import load_model
 
     model, src = load_model(model_dir), torch.randint(4, 200, (3, 9))
     tgt = torch.randint(4, 200, (3, 7))

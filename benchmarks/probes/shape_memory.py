@@ -58,8 +58,8 @@ def translate_job(work: Path, gemm: str) -> list[tuple[str, float]]:
     from aiayn.config import DecodeConfig
     from aiayn.cpu.layout import for_decoding
     from aiayn.decode.greedy import greedy_hypotheses
-    from aiayn.io import read_column_major, read_safetensors
     from aiayn.marian.load import load_marian_model
+    from aiayn.weights import read_column_major, read_safetensors
 
     model = load_marian_model(
         work / "marian", unk_id=bench.UNK, read=read_safetensors if gemm == "onednn" else read_column_major

@@ -80,7 +80,7 @@ def main() -> None:
     import torch
 
     from aiayn.cpu import backend
-    from aiayn.marian.convert import model_config
+    from aiayn.model_folder import model_config
     from gemm import print_host_rates
 
     torch.set_num_threads(T.THREADS)

@@ -23,8 +23,8 @@ from .decode.beam import Hypothesis, beam_search
 from .decode.greedy import greedy_hypotheses
 from .decode.sampling import sample
 from .decode.step import StepModel
-from .io import load_model, read_column_major, read_safetensors
 from .model import Transformer
+from .weights import load_model, read_column_major, read_safetensors
 
 
 class SentenceTooLong(ValueError):
@@ -156,8 +156,7 @@ class Translator:
         DecodeConfig(**{k: v for k, v in options.items() if k in DecodeConfig.__dataclass_fields__ and v is not None})
         from .cpu import backend
         from .cpu.memory import MappedReads
-        from .marian import load_any
-        from .marian.convert import model_config
+        from .model_folder import load_any, model_config
 
         check_device(device)
         if int8:  # weights mapped from the file and quantised a layer at a time: never all float32 at once

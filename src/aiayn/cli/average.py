@@ -20,7 +20,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..marian.convert import TOKENIZER_FILES
+    from ..model_folder import TOKENIZER_FILES
     from ..train.checkpoint import average_checkpoints, checkpoints_to_average
     from .convert import check_output
 
@@ -66,7 +66,7 @@ def tokenizer_of(homes: list[Path], required: bool):
     final model and the folder itself, where a parsing run and a run from --init keep theirs). None where model
     directories saved without one (from Python) are averaged; a run's checkpoints without one would give a mean
     that cannot be read as text, so they are refused (required) before anything is written."""
-    from ..marian.convert import load_tokenizer
+    from ..model_folder import load_tokenizer
 
     for home in homes:
         try:
@@ -84,7 +84,7 @@ def tokenizer_of(homes: list[Path], required: bool):
 def same_tokenizer(tokenizers: list):
     """The one tokenizer of every input that has one; inputs with different tokenizers are refused by name (their
     weights mean other pieces or symbols)."""
-    from ..marian.convert import tokenizer_files
+    from ..model_folder import tokenizer_files
 
     known = [(item, tokenizer, tokenizer_files(tokenizer)) for item, tokenizer in tokenizers if tokenizer is not None]
     for item, _, files in known[1:]:
@@ -98,7 +98,7 @@ WRITTEN = ("model.safetensors", "config.json")  # what average_checkpoints write
 
 def same_model(directories: list[Path]) -> None:
     """Every directory an aiayn model of one configuration and one vocabulary: their mean is then a model."""
-    from ..io import is_aiayn_model, read_model_config
+    from ..weights import is_aiayn_model, read_model_config
 
     def identity(directory: Path) -> tuple[dict, bytes | None]:
         if not is_aiayn_model(directory):

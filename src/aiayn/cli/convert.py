@@ -12,7 +12,7 @@ from pathlib import Path
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from ..marian.convert import FORMATS, QUANTIZATIONS
+    from ..convert import FORMATS, QUANTIZATIONS
 
     parser.add_argument("input", help="an aiayn model directory or a Hugging Face Marian directory")
     parser.add_argument("output", help="the directory to write")
@@ -48,7 +48,8 @@ def check_output(model: Path, out: Path) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..marian import aiayn_to_marian, detect_format, marian_to_aiayn, to_ctranslate2
+    from ..convert import aiayn_to_marian, marian_to_aiayn, to_ctranslate2
+    from ..model_folder import detect_format
     from .paths import check_output_folder
 
     check_output_folder(args.output, "output")

@@ -21,7 +21,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     if args.model:
-        from ..io import load_model
+        from ..weights import load_model
 
         model = load_model(args.model)
         config, name = model.config, args.model

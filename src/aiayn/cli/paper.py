@@ -80,7 +80,7 @@ def model_and_run(args: argparse.Namespace, out: Path) -> tuple[Path, Path | Non
 def check_model(args: argparse.Namespace) -> None:
     """--model a translation model (a directory or a training folder) and --layer one of its encoder's layers, or of
     the lab's model's when it is to be trained: said before any work."""
-    from ..marian.convert import model_config
+    from ..model_folder import model_config
     from .translate import refuse_a_parser
 
     if args.model:
@@ -134,8 +134,8 @@ def report(args: argparse.Namespace) -> int:
 
 
 def table3(args: argparse.Namespace) -> int:
-    from ..io import write_atomic
     from ..lab.table3 import run_table3, table_markdown
+    from ..weights import write_atomic
 
     if args.minutes is None:
         raise ValueError("table3 needs --minutes M > 0: the training time of each row")

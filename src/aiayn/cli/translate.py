@@ -75,9 +75,10 @@ def add_gemm_argument(parser: argparse.ArgumentParser) -> None:
 def refuse_a_parser(model: str, command: str) -> None:
     """A parsing model's outputs are tree symbols, not text: `aiayn parse` runs it (as parse refuses a translation
     model)."""
-    from ..parse.tokenizer import TARGET_FILE, ParseTokenizer
+    from ..model_folder import is_parser
+    from ..parse.tokenizer import TARGET_FILE
 
-    if ParseTokenizer.is_saved_in(model):
+    if is_parser(model):
         raise ValueError(
             f"{model}: a parsing model, not a translation model (it has {TARGET_FILE}); "
             f"{command} takes translation models: parse with `aiayn parse --model {model}`"

@@ -7,7 +7,7 @@ as MKL's plain NN product, faster with a few rows than with the (out, in) rows t
 way: the product reads it whole at every step, the lookup only a column per token. Values, shapes
 and names stay the same; only strides change.
 
-`aiayn.io.read_safetensors(column_major=True)` reads weights straight into this layout;
+`aiayn.weights.read_safetensors(column_major=True)` reads weights straight into this layout;
 `for_decoding` converts the rest (a model built in memory, a .bin checkpoint) and puts decoding's
 own modules in place of the model's where they compute the same thing faster at a step: the
 buffered pre-softmax projection (`projection.py`) and the decoder's two attentions (`attention.py`).
@@ -22,8 +22,8 @@ from functools import partial
 import torch
 from torch import Tensor, nn
 
-from ..io import Reader, read_safetensors
 from ..model import DotProductAttention, OutputProjection, Transformer
+from ..weights import Reader, read_safetensors
 from .backend import Gemm, use_onednn
 from .memory import MappedReads
 from .projection import BufferedProjection

@@ -16,7 +16,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor, nn
 
-from ..io import DTYPES, read_header, with_aliases
+from ..weights import DTYPES, read_header, with_aliases
 
 
 def trim_heap() -> None:

@@ -22,7 +22,7 @@ mapped file (`memory.MappedReads` before `detach`) are left alone. Nothing is do
 4 KiB pages), on other devices, where transparent huge pages are "never" (for the system or, by prctl, for
 this process), or with AIAYN_HUGE_PAGES=0; and it never raises (no memory for the new mapping: the weights
 stay where they are, and `HugePages.why_not` says so). Saving one moved parameter alone with `torch.save`
-writes the whole mapping, as for any view; `io.save_model` is for models before `for_decoding`.
+writes the whole mapping, as for any view; `weights.save_model` is for models before `for_decoding`.
 """
 
 from __future__ import annotations

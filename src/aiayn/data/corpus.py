@@ -122,7 +122,7 @@ class EncodedCorpus:
         from safetensors.torch import save
 
         from .. import faults
-        from ..io import write_atomic
+        from ..weights import write_atomic
 
         data = save(
             {**_flat("src", self.src), **_flat("tgt", self.tgt), "lines": torch.tensor(self.lines, dtype=torch.int64)},

@@ -58,7 +58,7 @@ class Vocab:
 
     def save(self, path: str | Path) -> None:
         """Write the model whole or not at all (temporary file, fsync, rename)."""
-        from ..io import write_atomic
+        from ..weights import write_atomic
 
         write_atomic(Path(path), self.proto, fault="vocab")
 

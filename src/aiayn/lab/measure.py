@@ -121,7 +121,7 @@ def measure_all(
 ) -> dict[str, Any]:
     """Everything the report shows; run_dir holds checkpoints (for averaging) when the lab trained the model."""
     from ..data.corpus import find_file, read_parallel
-    from ..marian import load_any
+    from ..model_folder import load_any
     from .trained import REPO
 
     began = time.perf_counter()

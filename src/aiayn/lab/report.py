@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ..io import write_atomic
+from ..weights import write_atomic
 from . import figures, sections
 from .claims import Claim, claims_table, verdict
 

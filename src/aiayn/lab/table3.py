@@ -164,8 +164,8 @@ def run_row(
     same settings (key) reads them instead of training again; a run killed part way resumes."""
     import json
 
-    from ..io import write_atomic
     from ..train.loop import train
+    from ..weights import write_atomic
     from .trained import multi30k_recipe
 
     run, key = out / name, {**key, "changes": changes}

@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from .. import io
+from .. import weights
 from ..config import ModelConfig
 from ..data.vocab import Vocab
 from ..files import temporary_beside
@@ -239,10 +239,10 @@ def save_marian(
     directory.mkdir(parents=True, exist_ok=True)
     tmp = temporary_beside(directory / SAFETENSORS)
     try:
-        io.save_tensors(hf_state_dict(state, config), tmp, metadata={"format": "pt"})
+        weights.save_tensors(hf_state_dict(state, config), tmp, metadata={"format": "pt"})
         tmp.replace(directory / SAFETENSORS)
     finally:
         tmp.unlink(missing_ok=True)
     for name, data in files.items():
-        io.write_atomic(directory / name, data)
+        weights.write_atomic(directory / name, data)
     return directory

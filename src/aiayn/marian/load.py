@@ -16,8 +16,8 @@ import torch
 from torch import Tensor
 
 from ..config import DecodeConfig, ModelConfig
-from ..io import Reader, check_state, load_plain_pickle, read_safetensors
 from ..model import Transformer, sinusoid_table
+from ..weights import Reader, check_state, load_plain_pickle, read_safetensors
 from .tokenizer import VOCAB, MarianTokenizer, read_json
 
 CONFIG, GENERATION_CONFIG = "config.json", "generation_config.json"
@@ -79,7 +79,7 @@ def read_marian_config(directory: str | Path) -> dict:
     directory = Path(directory)
     raw = read_json(directory / CONFIG)
     if raw.get("format") == "aiayn":
-        raise ValueError(f"{directory / CONFIG}: an aiayn model, not a Marian one (use aiayn.io.load_model)")
+        raise ValueError(f"{directory / CONFIG}: an aiayn model, not a Marian one (use aiayn.weights.load_model)")
     if raw.get("model_type") != "marian":
         raise ValueError(
             f"{directory / CONFIG}: model_type {raw.get('model_type')!r} is not supported "

@@ -112,7 +112,7 @@ class Transformer(nn.Module):
     def from_state_dict(cls, config: ModelConfig, state_dict: dict[str, Tensor]) -> Transformer:
         """A model that holds the given tensors themselves: no random weights are made first.
 
-        Built on the meta device, then given the tensors themselves (as aiayn.io.read_safetensors
+        Built on the meta device, then given the tensors themselves (as aiayn.weights.read_safetensors
         reads them), so loading needs the weights' memory once rather than twice.
         """
         with torch.device("meta"):

@@ -148,7 +148,7 @@ class ParseTokenizer:
         return {source: self.source.proto, TARGET_FILE: json.dumps(target).encode()}
 
     def save(self, directory: str | Path) -> None:
-        from ..io import write_atomic
+        from ..weights import write_atomic
 
         for name, data in self.files().items():
             write_atomic(Path(directory) / name, data)

@@ -31,8 +31,8 @@ from safetensors.torch import load_file
 from .. import faults
 from ..data.batching import BatchStream
 from ..files import temporary_beside
-from ..io import WEIGHTS, load_plain_pickle, save_model, save_tensors, write_atomic
 from ..model import Transformer
+from ..weights import WEIGHTS, load_plain_pickle, save_model, save_tensors, write_atomic
 from . import distributed
 from .rng import all_rng_states, rng_from_plain, rng_to_plain, set_rng_state
 
@@ -329,7 +329,7 @@ def average_checkpoints(directories: list[Path], out: Path, tokenizer=None) -> P
         if source.is_file() and source.resolve() != (out / name).resolve():
             write_atomic(out / name, source.read_bytes())
     if tokenizer is not None:  # a parser's or a fine-tuned Marian model's: kept beside the run, not in checkpoints
-        from ..marian.convert import save_tokenizer
+        from ..model_folder import save_tokenizer
 
         save_tokenizer(tokenizer, out)
     tmp = temporary_beside(out / WEIGHTS)

@@ -29,10 +29,10 @@ from ..data.corpus import EncodedCorpus, cache_key, encode_pairs, find_file, rea
 from ..data.vocab import Vocab
 from ..evaluate import tokenized_bleu
 from ..files import sweep_temporaries
-from ..io import load_model, write_atomic
 from ..model import Transformer
 from ..recipe import Recipe, TrainConfig
 from ..translator import load_for_decoding
+from ..weights import load_model, write_atomic
 from . import distributed, precision, progress, run_folder
 from .checkpoint import Checkpoints, TrainState, average_checkpoints, checkpoints_to_average
 from .flops import train_flops
@@ -104,14 +104,14 @@ def report_unused_model_fields(recipe: Recipe, config: ModelConfig, init: str | 
 
 def start_model(recipe: Recipe, out: Path, init: str | Path | None, log: Log) -> Start:
     """A fresh model with a vocabulary trained on the training text, or the model in `init`."""
-    from ..io import is_aiayn_model
+    from ..weights import is_aiayn_model
 
     if init is not None:
         if is_aiayn_model(init) and (Path(init) / "spm.model").is_file():
             vocab = Vocab.load(Path(init) / "spm.model")
             start = Start(load_model(init).train(), vocab, vocab.proto)
         else:
-            from ..marian import load_any  # a Marian directory, or an aiayn one converted from Marian
+            from ..model_folder import load_any  # a Marian directory, or an aiayn one converted from Marian
 
             model, tokenizer, _ = load_any(init)
             start = Start(model.train(), tokenizer, None)

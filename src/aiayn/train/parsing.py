@@ -10,7 +10,6 @@ from pathlib import Path
 
 import torch
 
-from ..io import write_atomic
 from ..model import Transformer
 from ..parse.data import read_split, sentences
 from ..parse.evalb import evalb
@@ -18,6 +17,7 @@ from ..parse.tokenizer import ParseTokenizer
 from ..parse.trees import read_treebank
 from ..parser import Parser
 from ..recipe import Recipe
+from ..weights import write_atomic
 from . import distributed
 
 Log = Callable[[str], None]

@@ -22,10 +22,10 @@ from typing import IO, Any
 import yaml
 
 from .. import faults
-from ..io import write_atomic
 from ..parse.tokenizer import SOURCE_FILE, TARGET_FILE, WORDS_FILE
 from ..recipe import Recipe
 from ..version import __version__
+from ..weights import write_atomic
 
 RECORD, LOCK, RECIPE, RESOLVED = "run.json", ".aiayn.lock", "recipe.yaml", "recipe.resolved.yaml"
 PARSER_VOCABULARIES = (SOURCE_FILE, WORDS_FILE, TARGET_FILE)  # a parsing run's tokenizer (parse/tokenizer.py)
