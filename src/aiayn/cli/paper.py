@@ -58,15 +58,9 @@ def model_and_run(args: argparse.Namespace, out: Path) -> tuple[Path, Path | Non
     """The model directory, the training folder (checkpoints) and its results, training one if needed."""
     if args.model:
         given = Path(args.model)
-        if (given / "model").is_dir():  # a training folder
+        if (given / "model").is_dir():  # a training folder (check_model has checked either kind)
             results = given / "results.json"
             return given / "model", given, json.loads(results.read_text()) if results.is_file() else None
-        if not given.is_dir():
-            raise FileNotFoundError(f"--model {given}: no such model directory")
-        if not (given / "config.json").is_file():
-            raise FileNotFoundError(
-                f"--model {given}: not a model directory (no config.json) nor a training folder (no model/)"
-            )
         return given, None, None
     from ..lab.trained import train_small
 

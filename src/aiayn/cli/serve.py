@@ -65,8 +65,8 @@ def run(args: argparse.Namespace) -> int:
     refuse_a_parser(args.model, "aiayn serve")
     raise_file_limit()  # a soft limit of 1,024 files would cap the connections far below the hard limit
     limits = Limits(**{f.name: getattr(args, f.name) for f in fields(Limits)})
-    if allowed_connections(limits.max_connections) < limits.max_connections:
-        allowed = allowed_connections(limits.max_connections)
+    allowed = allowed_connections(limits.max_connections)
+    if allowed < limits.max_connections:
         print(
             f"aiayn serve: --max-connections {limits.max_connections} lowered to {allowed}: the open-file limit "
             f"is {allowed + SPARE_FILES} (ulimit -n)",
