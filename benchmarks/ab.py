@@ -4,15 +4,16 @@
     python benchmarks/ab.py /tmp/aiayn-old/src src --rounds 5
 
 Each round starts one worker process per checkout (in alternating order), with PYTHONPATH set to
-that checkout's src/, one process per job. A worker builds the same random model from a fixed seed
-(opus-mt-en-de's shapes, as ../shared/PEERS.md measures the peers; small training shapes for the train
-step), makes it ready for decoding as `Translator.load` does with MKL forced (int8: quantised first), and
-times beam 4 and greedy search at batch 32 and at batch 1 (8 sentences one at a time) with every output
-forced to OUT_LEN tokens, int8 beam 4 at batch 32, three optimizer steps (`train`: fp32, small shapes) and
-eight of the Multi30k recipe's (`train-m30k`: its model and ~3,600-token batches, bf16 autocast where the
-CPU has it, through the checkout's own training step). The imports follow each checkout's layout (the CPU
-package or the modules before it). The table gives, per job, the median over rounds of the per-round ratio
-new/old of the times (above 1: the new code is slower) and of the worker's peak resident memory.
+that checkout's src/, one process per job. The decoding jobs go through the public path: the new checkout
+first saves a random model of opus-mt-en-de's shapes (as ../shared/PEERS.md measures the peers) from a fixed
+seed, with </s> made never to win so that every output runs to OUT_LEN tokens (or --model names a saved
+folder); each worker loads it with `Translator.load` (MKL forced; int8: `int8=True`) and times
+`Translator.search` with beam 4 and greedy at batch 32 and at batch 1 (8 sentences one at a time), and int8
+beam 4 at batch 32. The training jobs time three optimizer steps (`train`: fp32, small shapes) and eight of
+the Multi30k recipe's (`train-m30k`: its model and ~3,600-token batches, bf16 autocast where the CPU has it,
+through the checkout's own training step). The imports follow each checkout's layout (the CPU package or the
+modules before it). The table gives, per job, the median over rounds of the per-round ratio new/old of the
+times (above 1: the new code is slower) and of the worker's peak resident memory (loading included).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -30,36 +32,23 @@ OUT_LEN, BATCH, SEED = 40, 32, 1234
 WORKER = r"""
 import json, sys, time, torch
 from aiayn.config import DecodeConfig, ModelConfig
-from aiayn.decode.beam import beam_search
-from aiayn.decode.greedy import greedy_hypotheses
-try:
-    from aiayn.cpu.layout import for_decoding
-    from aiayn.cpu.step import CpuStep as Step
-except ImportError:  # a checkout from before aiayn.cpu
-    from aiayn.decode.layout import for_decoding
-    from aiayn.decode.step import TransformerStep as Step
 from aiayn.model import Transformer
 from aiayn.train.loss import label_smoothed_nll
 from aiayn.train.schedule import rate
 
 torch.set_num_threads(2)
-out_len, batch, seed, jobs = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4].split(",")
-V, EOS, PAD = 58101, 0, 58100
+out_len, batch, seed, jobs, model_dir = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4].split(","), sys.argv[5]
 B1_SENTENCES = 8
 times = {}
-if any(j != "train" for j in jobs):
-    torch.manual_seed(seed)
-    config = ModelConfig(vocab_size=V, d_model=512, d_ff=2048, n_heads=8, n_layers=6, activation="swish",
-                         sinusoid_layout="halves", final_logits_bias=True, pad_id=PAD, bos_id=PAD, eos_id=EOS,
-                         unk_id=1, max_len=512)
-    model = Transformer(config)
-    if "int8-beam4" not in jobs:
-        model = for_decoding(model)
-    class NoEos(Step):
-        def step(self, tokens, cache):
-            log_probs, cache = super().step(tokens, cache)
-            log_probs[:, EOS] = float("-inf")
-            return log_probs, cache
+if any(not j.startswith("train") for j in jobs):
+    try:
+        from aiayn.translator import Translator
+    except ImportError:  # a checkout from before aiayn.translator
+        from aiayn.decode.translate import Translator
+    int8 = "int8-beam4" in jobs
+    translator = Translator.load(model_dir, int8=int8, gemm=None if int8 else "mkl")  # the public path
+    config = translator.model.config
+    V, EOS, PAD = config.vocab_size, config.eos_id, config.pad_id
     g = torch.Generator().manual_seed(seed)
     lengths = torch.randint(8, 41, (batch,), generator=g)
     src = torch.full((batch, 41), PAD)
@@ -67,22 +56,14 @@ if any(j != "train" for j in jobs):
         src[i, :n] = torch.randint(2, V - 1, (n,), generator=g)
         src[i, n] = EOS
     cfg = DecodeConfig(beam_size=4, alpha=1.0, length_penalty="power", max_len=out_len, extra_len=out_len)
-    if "int8-beam4" in jobs:  # int8 as Translator.load(int8=True) makes it: quantised, then laid out for decoding
-        try:
-            from aiayn.cpu.quantize import quantize_int8
-        except ImportError:  # a checkout from before aiayn.cpu
-            from aiayn.decode.quantize import quantize_int8
-        model = for_decoding(quantize_int8(model.eval()))
-    step = NoEos(model)
-    searches = {"beam4": (beam_search, cfg, batch), "greedy": (greedy_hypotheses, cfg.replace(beam_size=1), batch),
-                "beam4-b1": (beam_search, cfg, 1), "greedy-b1": (greedy_hypotheses, cfg.replace(beam_size=1), 1),
-                "int8-beam4": (beam_search, cfg, batch)}
-    for job, (search, c, rows) in searches.items():
+    searches = {"beam4": (cfg, batch), "greedy": (cfg.replace(beam_size=1), batch), "beam4-b1": (cfg, 1),
+                "greedy-b1": (cfg.replace(beam_size=1), 1), "int8-beam4": (cfg, batch)}
+    for job, (c, rows) in searches.items():
         if job in jobs:
-            search(step, src[:min(4, rows)], c)  # warm-up
+            translator.search(src[:min(4, rows)], c)  # warm-up
             began = time.perf_counter()
             for i in range(0, batch if rows > 1 else B1_SENTENCES, rows):  # batch 1: sentences one at a time
-                search(step, src[i : i + rows], c)
+                translator.search(src[i : i + rows], c)
             times[job] = time.perf_counter() - began
 def timed_steps(one_step, n):
     one_step(0)  # warm-up
@@ -170,9 +151,41 @@ print(json.dumps(times))
 """
 
 
-def run_worker(src: Path, jobs: list[str]) -> dict[str, float]:
+MAKER = r"""
+import gzip, sys, torch
+from aiayn.config import ModelConfig
+from aiayn.data.vocab import Vocab
+from aiayn.model import Transformer
+from aiayn.weights import save_model
+
+seed, directory, text = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+V, EOS, PAD = 58101, 0, 58100
+torch.manual_seed(seed)
+config = ModelConfig(vocab_size=V, d_model=512, d_ff=2048, n_heads=8, n_layers=6, activation="swish",
+                     sinusoid_layout="halves", final_logits_bias=True, pad_id=PAD, bos_id=PAD, eos_id=EOS,
+                     unk_id=1, max_len=512)
+model = Transformer(config)
+with torch.no_grad():
+    model.logits_bias[EOS] = -1e4  # </s> never wins: every output runs to max_len, the same work in both checkouts
+with gzip.open(text, "rt", encoding="utf-8") as f:
+    lines = [next(f) for _ in range(2000)]
+save_model(model, directory, Vocab.train(lines, 1000).proto)  # the tokenizer is loaded, not used: ids go in
+"""
+
+
+def make_model(new_src: Path, directory: Path) -> None:
+    """A random opus-mt-en-de-shaped model saved by the new checkout, as `Translator.load` reads it."""
+    text = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k" / "train.en.gz"
+    env = {**os.environ, "PYTHONPATH": str(new_src.resolve()), "OMP_NUM_THREADS": "2"}
+    cmd = [sys.executable, "-c", MAKER, str(SEED), str(directory), str(text)]
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise SystemExit(f"making the model with {new_src} failed:\n{done.stderr[-2000:]}")
+
+
+def run_worker(src: Path, jobs: list[str], model_dir: Path) -> dict[str, float]:
     env = {**os.environ, "PYTHONPATH": str(src.resolve()), "OMP_NUM_THREADS": "2"}
-    cmd = [sys.executable, "-c", WORKER, str(OUT_LEN), str(BATCH), str(SEED), ",".join(jobs)]
+    cmd = [sys.executable, "-c", WORKER, str(OUT_LEN), str(BATCH), str(SEED), ",".join(jobs), str(model_dir)]
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise SystemExit(f"worker for {src} failed:\n{done.stderr[-2000:]}")
@@ -190,7 +203,21 @@ def main() -> None:
         default=["beam4", "greedy", "beam4-b1", "greedy-b1", "int8-beam4", "train", "train-m30k"],
         help="beam4, greedy (batch 32), beam4-b1, greedy-b1 (each sentence alone), int8-beam4, train, train-m30k",
     )
+    parser.add_argument(
+        "--model",
+        type=Path,
+        help="a saved model folder to decode with (default: a random "
+        "opus-mt-en-de-shaped one, made by the new checkout in a temporary folder)",
+    )
     args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="ab-model-") as scratch:
+        model_dir = args.model or Path(scratch) / "model"
+        if args.model is None and any(not job.startswith("train") for job in args.jobs):
+            make_model(args.new, model_dir)
+        alternate(args, model_dir)
+
+
+def alternate(args: argparse.Namespace, model_dir: Path) -> None:
     ratios: dict[str, list[float]] = {job: [] for job in args.jobs}
     peaks: dict[str, list[float]] = {job: [] for job in args.jobs}
     for r in range(args.rounds):
@@ -198,7 +225,7 @@ def main() -> None:
         if r % 2:
             order.reverse()
         for job in args.jobs:  # each job in a process of its own, so that its peak memory is its own
-            times = {name: run_worker(src, [job]) for name, src in order}
+            times = {name: run_worker(src, [job], model_dir) for name, src in order}
             ratios[job].append(times["new"][job] / times["old"][job])
             peaks[job].append(times["new"]["peak_mib"] / times["old"]["peak_mib"])
             print(
