@@ -127,14 +127,14 @@ def trained_minutes(out: Path) -> float:
 
 def validation_bleu(model_dir: Path, recipe) -> float | None:
     """sacreBLEU of the run's final model on the recipe's validation set, decoded as the test set is."""
-    from aiayn.data.corpus import find_file, read_parallel
+    from aiayn.data.sources import Source
     from aiayn.train.validate import sacrebleu_score
     from aiayn.translator import Translator
 
     d = recipe.data
     if not d.valid:
         return None
-    src, ref = read_parallel(find_file(d.valid, d.src_lang), find_file(d.valid, d.tgt_lang))
+    src, ref = Source(d.valid, d.src_lang, d.tgt_lang, "data.valid").read()
     translator = Translator.load(model_dir, beam_size=recipe.train.beam_size, alpha=recipe.train.alpha)
     bleu, _ = sacrebleu_score(translator.translate(src), ref)
     print(f"valid BLEU {bleu:.2f} on {len(src):,} sentences of {d.valid}")

@@ -17,7 +17,7 @@ from aiayn.cpu.onednn_caches import ONEDNN_CACHE_ENTRIES
 from aiayn.cpu.packed import pack_float32
 from aiayn.cpu.step import CpuStep
 from aiayn.cpu.vocabulary import PackedProjection
-from aiayn.data.corpus import read_lines
+from aiayn.data.sources import read_lines
 from aiayn.translator import Translator
 from aiayn.weights import save_model
 

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from aiayn.data.batching import BatchStream
 from aiayn.data.bpe_dropout import SampledEpochs, merge_tree
-from aiayn.data.corpus import encode_pairs, read_lines
+from aiayn.data.sources import read_lines
+from aiayn.data.store import Corpus
 from aiayn.data.vocab import Vocab
 from aiayn.recipe import load_recipe
 
@@ -20,8 +22,43 @@ VAL = REPO.parent / "shared" / "data" / "multi30k" / "val"
 def text():
     src, tgt = read_lines(f"{VAL}.en.gz")[:300], read_lines(f"{VAL}.de.gz")[:300]
     vocab = Vocab.train(src + tgt, 600)
-    base, _ = encode_pairs(src, tgt, vocab.encode_source, vocab.encode_target, max_subwords=64)
+    base = Corpus.from_lists(vocab.encode_source(src), vocab.encode_target(tgt), range(1, len(src) + 1))
     return base, vocab
+
+
+def lists(corpus: Corpus) -> tuple[list[list[int]], list[list[int]], list[int]]:
+    return corpus.src.tolist(), corpus.tgt.tolist(), corpus.lines.tolist()
+
+
+def reference_sample(sampled: SampledEpochs, rows: list[list[int]], rng: np.random.Generator) -> list[list[int]]:
+    """The sampling as it was over lists of lists, before the token store: the same draws, the same ids."""
+    ids = np.fromiter((i for r in rows for i in r), dtype=np.int64)
+    row = np.repeat(np.arange(len(rows)), [len(r) for r in rows])
+    undrawn = np.ones(len(ids), dtype=bool)
+    while undrawn.any():
+        split = undrawn & (rng.random(len(ids)) >= sampled.keep[ids])
+        counts = 1 + split
+        first = np.cumsum(counts) - counts
+        out = np.repeat(ids, counts)
+        out[first[split]], out[first[split] + 1] = sampled.left[ids[split]], sampled.right[ids[split]]
+        undrawn = np.zeros(len(out), dtype=bool)
+        undrawn[first[split]] = undrawn[first[split] + 1] = True
+        ids, row = out, np.repeat(row, counts)
+    bounds = np.searchsorted(row, np.arange(len(rows) + 1))
+    return [ids[a:b].tolist() for a, b in zip(bounds[:-1], bounds[1:])]
+
+
+def test_an_epoch_is_the_one_the_list_code_sampled(text):
+    base, vocab = text
+    limit = 40
+    sampled = SampledEpochs(base, vocab, 0.3, seed=4, max_subwords=limit)
+    rng = np.random.default_rng([4, 2])
+    src, tgt = reference_sample(sampled, base.src.tolist(), rng), reference_sample(sampled, base.tgt.tolist(), rng)
+    fits = [len(s) <= limit and len(t) <= limit for s, t in zip(src, tgt)]
+    assert not all(fits)
+    src = [s if ok else b for s, b, ok in zip(src, base.src.tolist(), fits)]
+    tgt = [t if ok else b for t, b, ok in zip(tgt, base.tgt.tolist(), fits)]
+    assert lists(sampled.corpus(2)) == (src, tgt, base.lines.tolist())
 
 
 def test_each_piece_splits_into_the_two_pieces_its_last_merge_joined(text):
@@ -47,24 +84,26 @@ def test_an_epochs_segmentation_spells_the_same_text_and_depends_on_seed_and_epo
     one = SampledEpochs(base, vocab, 0.1, seed=1, max_subwords=64)
     epochs = [one.corpus(e) for e in (1, 2, 3)]
     resumed = SampledEpochs(base, vocab, 0.1, seed=1, max_subwords=64)  # a run resumed in epoch 3
-    assert resumed.corpus(3) == epochs[2]
-    assert epochs[0].src != epochs[1].src and epochs[0].tgt != epochs[1].tgt
-    assert epochs[0].src != SampledEpochs(base, vocab, 0.1, seed=2, max_subwords=64).corpus(1).src
-    assert epochs[0].lines == base.lines
-    for side, sampled in (("src", epochs[0].src), ("tgt", epochs[0].tgt)):
-        assert [vocab.decode(ids) for ids in sampled] == [vocab.decode(ids) for ids in getattr(base, side)]
+    assert lists(resumed.corpus(3)) == lists(epochs[2])
+    epochs = [lists(e) for e in epochs]
+    assert epochs[0][0] != epochs[1][0] and epochs[0][1] != epochs[1][1]
+    assert epochs[0][0] != SampledEpochs(base, vocab, 0.1, seed=2, max_subwords=64).corpus(1).src.tolist()
+    assert epochs[0][2] == base.lines.tolist()
+    for sampled, deterministic in ((epochs[0][0], base.src), (epochs[0][1], base.tgt)):
+        assert [vocab.decode(ids) for ids in sampled] == [vocab.decode(ids) for ids in deterministic.tolist()]
         assert all(ids[-1] == vocab.eos_id for ids in sampled)
     # each merge skipped with p = 0.1: more, shorter pieces than the deterministic segmentation
-    assert sum(map(len, epochs[0].src)) > 1.1 * sum(map(len, base.src))
-    assert SampledEpochs(base, vocab, 0.0, seed=1, max_subwords=64).corpus(1) == base
+    assert sum(map(len, epochs[0][0])) > 1.1 * len(base.src.ids)
+    assert lists(SampledEpochs(base, vocab, 0.0, seed=1, max_subwords=64).corpus(1)) == lists(base)
 
 
 def test_a_sample_longer_than_the_limit_keeps_the_deterministic_ids(text):
     base, vocab = text
-    limit = max(map(len, base.src + base.tgt))
-    epoch = SampledEpochs(base, vocab, 0.5, seed=1, max_subwords=limit).corpus(1)
-    assert max(map(len, epoch.src + epoch.tgt)) <= limit
-    kept = [i for i, (s, t) in enumerate(zip(epoch.src, epoch.tgt)) if (s, t) == (base.src[i], base.tgt[i])]
+    src, tgt, _ = lists(base)
+    limit = max(map(len, src + tgt))
+    epoch_src, epoch_tgt, _ = lists(SampledEpochs(base, vocab, 0.5, seed=1, max_subwords=limit).corpus(1))
+    assert max(map(len, epoch_src + epoch_tgt)) <= limit
+    kept = [i for i, (s, t) in enumerate(zip(epoch_src, epoch_tgt)) if (s, t) == (src[i], tgt[i])]
     assert kept and len(kept) < len(base)  # some pairs fell back, the rest were sampled
 
 

@@ -8,6 +8,7 @@ Dropout is off in these runs so that every difference comes from the data or the
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import signal
@@ -301,3 +302,53 @@ def test_two_ranks_plan_one_cool_down_under_a_time_budget(reference, tmp_path):
     last = max(int(p.name.split("-")[1]) for p in (out / "checkpoints").glob("step-*"))
     state = load_state(out / "checkpoints" / f"step-{last}")
     assert state.planned_steps > 10 and state.planned_minutes == 0.15
+
+
+SHARES = r"""
+import json, sys
+from pathlib import Path
+import torch
+from aiayn.data.batching import BatchStream, rank_share
+from aiayn.data.vocab import Vocab
+from aiayn.recipe import load_recipe
+from aiayn.train import distributed
+from aiayn.train.loop import load_split
+
+recipe, out, vocab = load_recipe(sys.argv[1]), Path(sys.argv[2]), Vocab.load(sys.argv[3])
+_, joined = distributed.init(torch.device("cpu"))
+store = load_split(recipe, recipe.data.train, vocab, len(vocab), out / "train", print, "data.train")  # rank 0 builds it
+stream = BatchStream(store.src.lengths(), store.tgt.lengths(), recipe.train.batch_tokens, recipe.train.seed)
+rank, world, mine = distributed.rank(), distributed.world_size(), []
+while stream.epoch == 1:
+    step = stream.step(2 * world)  # accumulation 2
+    mine += [int(i) for rows, epoch in rank_share(step, rank, world) if epoch == 1 for i in rows]
+(out / f"rank{rank}.json").write_text(json.dumps({"pairs": mine, "stored": len(store)}))
+distributed.close(joined)
+"""
+
+
+def test_each_rank_reads_its_own_batches_from_one_store_and_together_every_pair_once(tmp_path):
+    from aiayn.data.sources import read_lines
+    from aiayn.data.vocab import Vocab
+
+    recipe = write_recipe(tmp_path / "tiny.yaml", DATA)
+    val = DATA / "multi30k" / "val"
+    Vocab.train(read_lines(f"{val}.en.gz") + read_lines(f"{val}.de.gz"), 300).save(tmp_path / "spm.model")
+    script = tmp_path / "shares.py"
+    script.write_text(SHARES)
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", str(script)]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    done = subprocess.run(
+        [*command, str(recipe), str(tmp_path), str(tmp_path / "spm.model")],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.count("kept ") == 1, done.stdout  # one rank prepared the store
+    shares = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
+    first, second = set(shares[0]["pairs"]), set(shares[1]["pairs"])
+    assert first and second and not first & second  # different batches, no pair on both ranks
+    assert sorted(shares[0]["pairs"] + shares[1]["pairs"]) == list(range(shares[0]["stored"]))  # each pair once

@@ -14,7 +14,7 @@ from torch import nn
 from aiayn import ModelConfig, Transformer
 from aiayn.cpu import pages
 from aiayn.cpu.layout import column_major, for_decoding
-from aiayn.data.corpus import read_lines
+from aiayn.data.sources import read_lines
 from aiayn.translator import Translator
 from aiayn.weights import save_model
 

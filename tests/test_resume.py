@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from aiayn.data.corpus import read_lines
+from aiayn.data.sources import read_lines
 from aiayn.data.vocab import Vocab
 
 REPO = Path(__file__).resolve().parents[1]

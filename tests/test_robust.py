@@ -21,7 +21,7 @@ import torch
 from aiayn import weights
 from aiayn.cli import main
 from aiayn.config import ModelConfig
-from aiayn.data.corpus import EncodedCorpus, read_lines
+from aiayn.data.sources import read_lines
 from aiayn.data.vocab import Vocab
 from aiayn.model import Transformer
 from aiayn.train import checkpoint, run_folder
@@ -201,23 +201,26 @@ def test_train_state_round_trips_whole_with_every_ranks_rng(tmp_path):
         assert all(torch.equal(a[k], b[k]) for k in b)
 
 
-# 3. kill -9 while the data cache is written: a half-written cache is detected and rebuilt
+# 3. kill -9 while the token store is written: a store that is not whole is detected and built again
 
 
-def test_a_half_written_data_cache_is_rebuilt(tmp_path):
-    corpus = EncodedCorpus([[5, 6, 2], [7, 2]], [[8, 2], [9, 9, 9, 2]], [1, 3])
-    path = tmp_path / "train.safetensors"
-    corpus.save(path, "key")
-    assert EncodedCorpus.load(path, "key") == corpus
-    assert EncodedCorpus.load(path, "another vocabulary") is None
-    data = path.read_bytes()
-    path.write_bytes(data[: len(data) // 2])  # what a kill during a plain write leaves
-    assert EncodedCorpus.load(path, "key") is None
-    path.write_bytes(data[:-1] + bytes([data[-1] ^ 1]))  # the length right, one bit wrong
-    assert EncodedCorpus.load(path, "key") is None
-    path.write_bytes(data)
-    (tmp_path / "train.safetensors.json").unlink()  # killed before the sidecar, written last
-    assert EncodedCorpus.load(path, "key") is None
+def test_a_store_that_is_not_whole_is_not_used(tmp_path):
+    from aiayn.data.sources import Source
+    from aiayn.data.store import TokenStore, prepare, store_key
+
+    vocab = Vocab.train(read_lines(f"{VAL}.en.gz")[:200] + read_lines(f"{VAL}.de.gz")[:200], 200)
+    source = Source(str(VAL), "en", "de")
+    key = store_key(source, vocab, 64)
+    store = tmp_path / "store"
+    prepare(source, vocab, len(vocab), 64, store, key, 1, log=lambda _: None)
+    assert TokenStore.is_built(store, key) and not TokenStore.is_built(store, store_key(source, vocab, 63))
+    data = (store / "tgt.ids").read_bytes()
+    (store / "tgt.ids").write_bytes(data[: len(data) // 2])  # what a kill during a plain write leaves
+    assert not TokenStore.is_built(store, key)
+    (store / "tgt.ids").write_bytes(data)
+    assert TokenStore.is_built(store, key)
+    (store / "store.json").unlink()  # killed before store.json, written last
+    assert not TokenStore.is_built(store, key)
 
 
 # 4. a lock on --out

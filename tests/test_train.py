@@ -7,6 +7,7 @@ import math
 import stat
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -430,10 +431,10 @@ def test_tiny_run_learns_and_writes_a_model_directory(tmp_path):
     from aiayn.train.loop import load_split
     from aiayn.train.validate import validation_loss
 
-    valid = load_split(tiny_recipe(), str(VAL), vocab, tmp_path / "data" / "valid.pt", lambda _: None)
-    from aiayn.data.batching import collate
+    valid = load_split(tiny_recipe(), str(VAL), vocab, len(vocab), tmp_path / "data" / "valid", lambda _: None)
+    from aiayn.data.batching import corpus_batch
 
-    batch = collate(valid.src[:64], valid.tgt[:64], 0, 1)
+    batch = corpus_batch(valid, np.arange(64), 0, 1)
     torch.manual_seed(1)  # the recipe's seed: the untrained model the run started from
     untrained = Transformer(model.config)
     before = validation_loss(untrained, [batch], 0.1, torch.device("cpu"))

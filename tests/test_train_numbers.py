@@ -12,7 +12,7 @@ import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from aiayn.data.batching import BatchStream
-from aiayn.data.corpus import read_lines
+from aiayn.data.sources import read_lines
 from aiayn.data.vocab import Vocab
 from aiayn.evaluate import sacre_bleu, tokenized_bleu
 from aiayn.recipe import TrainConfig, load_recipe
@@ -31,12 +31,11 @@ def _restore_threads():
 
 
 def train_lengths(recipe: Path, out: Path) -> tuple[list[int], list[int]]:
-    """Subword lengths of the run's encoded training pairs (its cache, checked and read back)."""
+    """Subword lengths of the run's encoded training pairs (its token store, checked and opened)."""
     r = load_recipe(recipe)
-    corpus = loop.load_split(
-        r, r.data.train, Vocab.load(out / "spm.model"), out / "data" / "train.safetensors", lambda _: None
-    )
-    return [len(s) for s in corpus.src], [len(t) for t in corpus.tgt]
+    vocab = Vocab.load(out / "spm.model")
+    corpus = loop.load_split(r, r.data.train, vocab, len(vocab), out / "data" / "train", lambda _: None)
+    return corpus.src.lengths().tolist(), corpus.tgt.lengths().tolist()
 
 
 def logged(out: Path, name: str) -> list[float]:

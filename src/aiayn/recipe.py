@@ -16,6 +16,7 @@ from typing import Any, Literal
 import yaml
 
 from .config import ModelConfig, check_fields
+from .data.sources import check_spec
 from .data.vocab import UNK_ID
 
 
@@ -25,14 +26,17 @@ class DataConfig:
 
     format: Literal["text", "ptb"] = "text"  # ptb: trees from a treebank archive (aiayn.parse.data, §6.3)
     archive: str = ""  # format ptb: the zip (or folder) of .mrg files
-    train: str = ""  # file prefix: {train}.{src_lang}[.gz] and {train}.{tgt_lang}[.gz]; ptb: wsj_0001-0159
-    valid: str = ""
-    test: str = ""  # decoded and scored at the end of training; "" = none
+    # Each split: a file prefix ({train}.{src_lang}[.gz] and {train}.{tgt_lang}[.gz]), a .tsv or .jsonl file, or a
+    # Hugging Face dataset {dataset: NAME or FOLDER, config: ..., split: ...} (aiayn.data.sources); ptb: wsj_0001-0159
+    train: str | dict = ""
+    valid: str | dict = ""
+    test: str | dict = ""  # decoded and scored at the end of training; "" = none
     src_lang: str = "en"
     tgt_lang: str = "de"
     vocab_size: int = field(default=8000, metadata={"help": "shared BPE vocabulary (§5.1: ~37,000 En-De)"})
     max_subwords: int = field(default=256, metadata={"help": "longer pairs are filtered (and reported)"})
-    vocab_sample: int = 2_000_000  # sentences SentencePiece trains on
+    vocab_sample: int = 2_000_000  # sentences SentencePiece trains on, drawn from the streamed text
+    workers: int = field(default=0, metadata={"help": "processes that encode the text (0 = one per core)"})
     vocab: str = field(default="", metadata={"help": 'an existing SentencePiece model to use; "" = train one in OUT'})
     source_units: Literal["subwords", "words"] = "subwords"  # ptb only: the sentence as BPE pieces or whole words
     bpe_dropout: float = field(
@@ -132,6 +136,7 @@ RANGES = {
     "vocab_size": (UNK_ID + 2, None),
     "max_subwords": (1, None),
     "vocab_sample": (1, None),
+    "workers": (0, None),
     "bpe_dropout": (0, 1),
     "batch_tokens": (1, None),
     "effective_batch_tokens": (0, None),
@@ -197,6 +202,10 @@ def _convert(value: Any, hint: Any, where: str) -> Any:
         if isinstance(value, str) and value.lower() in ("true", "false", "1", "0", "yes", "no"):
             return value.lower() in ("true", "1", "yes")
         raise ValueError(f"{where}: expected true or false, got {value!r}")
+    if hint is dict:
+        if not isinstance(value, dict):
+            raise ValueError(f"{where}: expected a mapping, got {_short(value)}")
+        return value
     if hint in (int, float, str):
         if isinstance(value, (bool, list, dict)) or value is None:  # str([1]) or int(True) would pass silently
             raise ValueError(f"{where}: expected {hint.__name__}, got {_short(value)}")
@@ -282,6 +291,11 @@ def check_recipe(recipe: Recipe, where: str = "") -> None:
         raise ValueError(
             f"{where}data.max_subwords {recipe.data.max_subwords} is more than model.max_len {model.max_len}"
         )
+    for name in ("train", "valid", "test"):
+        if isinstance(spec := getattr(recipe.data, name), dict):
+            if recipe.data.format == "ptb":
+                raise ValueError(f"{where}data.{name}: format ptb names a range of .mrg files (wsj_0001-0159)")
+            check_spec(spec, f"{where}data.{name}")
     if recipe.data.source_units == "words" and recipe.data.format != "ptb":
         raise ValueError(f"{where}data.source_units: words is for parsing (format: ptb); translation uses subwords")
     if recipe.data.bpe_dropout and recipe.data.format == "ptb":

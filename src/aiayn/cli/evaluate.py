@@ -39,7 +39,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def read_file(path: str) -> list[str]:
     """The lines of a plain or gzip (.gz, as ../shared/data holds them) UTF-8 file."""
-    from ..data.corpus import open_bytes
+    from ..data.sources import open_bytes
 
     with open_bytes(path) as f:
         return list(read_text_lines(f, path))

@@ -48,9 +48,9 @@ def run(args: argparse.Namespace) -> int:
 
 def _checked_recipe(path: str, overrides: list[str], out: str | None):
     """The recipe, checked for what would otherwise fail only after minutes of work: --out must be a
-    folder (or not exist yet), and each split the recipe names two files with text (format ptb: .mrg files in the
+    folder (or not exist yet), and each split the recipe names is there with text (format ptb: .mrg files in the
     treebank archive)."""
-    from ..data.corpus import check_split
+    from ..data.sources import Source, check_spec
     from ..recipe import load_recipe
     from .paths import check_output_folder
 
@@ -65,5 +65,6 @@ def _checked_recipe(path: str, overrides: list[str], out: str | None):
 
             check_treebank_split(d.archive, getattr(d, field), f"data.{field}")
         else:
-            check_split(getattr(d, field), d.src_lang, d.tgt_lang, f"data.{field}")
+            check_spec(getattr(d, field), f"data.{field}")
+            Source(getattr(d, field), d.src_lang, d.tgt_lang, f"data.{field}").check()
     return recipe

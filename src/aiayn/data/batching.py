@@ -11,11 +11,14 @@ bounded whatever the lengths. Every pair appears exactly once per epoch.
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
+import numpy as np
 import torch
 from torch import Tensor
+
+from .store import Corpus
 
 PADDED_LIMIT = 1.5  # padded tokens per side <= PADDED_LIMIT x batch_tokens
 
@@ -28,55 +31,80 @@ class Batch(NamedTuple):
     n_tgt: int  # non-pad target tokens
 
 
-def make_batches(src_lens: list[int], tgt_lens: list[int], batch_tokens: int, seed: int, epoch: int) -> list[list[int]]:
-    """Pair indices grouped into batches: shuffle, sort by length (ties stay shuffled), fill, shuffle batches."""
-    rng = random.Random(seed * 100_003 + epoch)
-    order = list(range(len(src_lens)))
-    rng.shuffle(order)
-    # the longer side, then the shorter; stable: equal lengths keep the shuffled order
-    order.sort(key=lambda i: (max(src_lens[i], tgt_lens[i]), min(src_lens[i], tgt_lens[i])))
-    limit = PADDED_LIMIT * batch_tokens
-    batches: list[list[int]] = []
-    batch: list[int] = []
-    n_src = n_tgt = longest_src = longest_tgt = 0  # the batch being filled: real tokens, longest sentence
-    for i in order:
-        s, t = src_lens[i], tgt_lens[i]
-        if max(s, t) > batch_tokens:
-            raise ValueError(
-                f"pair {i} has {max(s, t)} tokens on one side, more than batch_tokens {batch_tokens}: "
-                "raise train.batch_tokens or lower data.max_subwords"
-            )
-        n = len(batch) + 1
-        fits = (
-            n_src + s <= batch_tokens
-            and n_tgt + t <= batch_tokens
-            and n * max(longest_src, s) <= limit
-            and n * max(longest_tgt, t) <= limit
+def make_batches(
+    src_lens: Sequence[int], tgt_lens: Sequence[int], batch_tokens: int, seed: int, epoch: int
+) -> list[np.ndarray]:
+    """Pair indices grouped into batches: shuffle, sort by length (ties stay shuffled), fill, shuffle batches.
+
+    Lengths are numpy arrays (or lists); the order is a function of (seed, epoch) alone. The shuffles are
+    Python's `random.Random` on an int64 array, so that a seed gives the batches it gave when the corpus
+    was a list of lists, with 8 bytes a pair where the list held 36.
+    """
+    src_lens, tgt_lens = np.asarray(src_lens, dtype=np.int64), np.asarray(tgt_lens, dtype=np.int64)
+    longer, shorter = np.maximum(src_lens, tgt_lens), np.minimum(src_lens, tgt_lens)
+    if len(longer) and longer.max() > batch_tokens:
+        worst = int(np.flatnonzero(longer > batch_tokens)[0])
+        raise ValueError(
+            f"pair {worst} has {longer[worst]} tokens on one side, more than batch_tokens {batch_tokens}: "
+            "raise train.batch_tokens or lower data.max_subwords"
         )
-        if batch and not fits:
-            batches.append(batch)
-            batch, n_src, n_tgt, longest_src, longest_tgt = [], 0, 0, 0, 0
-        batch.append(i)
-        n_src, n_tgt = n_src + s, n_tgt + t
-        longest_src, longest_tgt = max(longest_src, s), max(longest_tgt, t)
-    if batch:
-        batches.append(batch)
+    rng = random.Random(seed * 100_003 + epoch)
+    order = np.arange(len(longer), dtype=np.int64)
+    rng.shuffle(order)  # type: ignore[arg-type]  # the same swaps as on list(range(n))
+    # the longer side, then the shorter; stable: equal lengths keep the shuffled order
+    order = order[np.lexsort((shorter[order], longer[order]))]
+    src_sums = np.concatenate(([0], np.cumsum(src_lens[order])))  # (n + 1,) real tokens before each pair
+    tgt_sums = np.concatenate(([0], np.cumsum(tgt_lens[order])))
+    longest = longer[order]  # nondecreasing: a batch's longest sentence, either side, is its last pair's longer one
+    limit = PADDED_LIMIT * batch_tokens
+    batches: list[np.ndarray] = []
+    start = 0
+    while start < len(order):
+        # the longest run from start that keeps both sides' real tokens within batch_tokens ...
+        end = (
+            min(
+                np.searchsorted(src_sums, src_sums[start] + batch_tokens, side="right"),
+                np.searchsorted(tgt_sums, tgt_sums[start] + batch_tokens, side="right"),
+            )
+            - 1
+        )
+        # ... and sentences x longest sentence within the padded limit (the product grows with each pair)
+        sizes = np.arange(1, end - start + 1) * longest[start:end]
+        end = start + max(1, int(np.searchsorted(sizes, limit, side="right")))
+        batches.append(order[start:end])
+        start = end
     rng.shuffle(batches)
     return batches
 
 
-def collate(src: list[list[int]], tgt: list[list[int]], pad_id: int, bos_id: int) -> Batch:
+def rank_share(batches: list[tuple[np.ndarray, int]], rank: int, world: int) -> list[tuple[np.ndarray, int]]:
+    """The batches of one optimizer step that rank trains on: r, r + world, ... (torchrun); the ranks together
+    train on each batch once."""
+    return batches[rank::world]
+
+
+def collate(src: Sequence[Sequence[int]], tgt: Sequence[Sequence[int]], pad_id: int, bos_id: int) -> Batch:
     """Pad a list of pairs (ids ending in </s>) into tensors; the decoder input starts with <s>."""
-    B, S, T = len(src), max(map(len, src)), max(map(len, tgt))
-    src_t = torch.full((B, S), pad_id, dtype=torch.long)
-    tgt_out = torch.full((B, T), pad_id, dtype=torch.long)
-    tgt_in = torch.full((B, T), pad_id, dtype=torch.long)
-    for b, (s, t) in enumerate(zip(src, tgt)):
-        src_t[b, : len(s)] = torch.tensor(s)
-        tgt_out[b, : len(t)] = torch.tensor(t)
-        tgt_in[b, 0] = bos_id
-        tgt_in[b, 1 : len(t)] = torch.tensor(t[:-1])
-    return Batch(src_t, tgt_in, tgt_out, sum(map(len, src)), sum(map(len, tgt)))
+    corpus = Corpus.from_lists(src, tgt, range(len(src)))
+    return corpus_batch(corpus, np.arange(len(src)), pad_id, bos_id)
+
+
+def corpus_batch(corpus: Corpus, rows: np.ndarray, pad_id: int, bos_id: int) -> Batch:
+    """The pairs `rows` of a corpus (a TokenStore, or an epoch of BPE-dropout) padded into tensors; the decoder
+    input is the target shifted right, starting with <s> (§3.1: predictions for position i read only outputs < i)."""
+    src, src_lens = corpus.src.padded(rows, pad_id)  # (B, S)
+    tgt_out, tgt_lens = corpus.tgt.padded(rows, pad_id)  # (B, T)
+    tgt_in = np.full_like(tgt_out, pad_id)
+    tgt_in[:, 0] = bos_id
+    tgt_in[:, 1:] = tgt_out[:, :-1]
+    tgt_in[np.arange(tgt_out.shape[1]) >= tgt_lens[:, None]] = pad_id  # the shifted </s> falls off the end
+    return Batch(
+        torch.from_numpy(src),
+        torch.from_numpy(tgt_in),
+        torch.from_numpy(tgt_out),
+        int(src_lens.sum()),
+        int(tgt_lens.sum()),
+    )
 
 
 class BatchStream:
@@ -88,18 +116,18 @@ class BatchStream:
 
     def __init__(
         self,
-        src_lens: list[int],
-        tgt_lens: list[int],
+        src_lens: Sequence[int],
+        tgt_lens: Sequence[int],
         batch_tokens: int,
         seed: int,
-        lengths: Callable[[int], tuple[list[int], list[int]]] | None = None,
+        lengths: Callable[[int], tuple[Sequence[int], Sequence[int]]] | None = None,
     ):
         self.lengths = lengths or (lambda epoch: (src_lens, tgt_lens))
         self.batch_tokens, self.seed = batch_tokens, seed
         self.epoch, self.index = 1, 0  # the next batch is batches(epoch)[index]
         self._batches = self._make(self.epoch)
 
-    def _make(self, epoch: int) -> list[list[int]]:
+    def _make(self, epoch: int) -> list[np.ndarray]:
         return make_batches(*self.lengths(epoch), self.batch_tokens, self.seed, epoch)
 
     def __len__(self) -> int:
@@ -111,12 +139,17 @@ class BatchStream:
         """Epochs trained so far, with the fraction of the current one: 1.0 once epoch 1's last batch is out."""
         return self.epoch - 1 + self.index / max(len(self._batches), 1)
 
-    def next(self) -> list[int]:
+    def next(self) -> np.ndarray:
         if self.index == len(self._batches):
             self.epoch, self.index = self.epoch + 1, 0
             self._batches = self._make(self.epoch)
         self.index += 1
         return self._batches[self.index - 1]
+
+    def step(self, n: int) -> list[tuple[np.ndarray, int]]:
+        """The next n batches with the epoch each belongs to: what one optimizer step trains on, all ranks together
+        (each takes its `rank_share`), so that the data order does not depend on the world size."""
+        return [(self.next(), self.epoch) for _ in range(n)]
 
     def state_dict(self) -> dict[str, int]:
         return {"epoch": self.epoch, "index": self.index}

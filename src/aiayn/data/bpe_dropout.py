@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .corpus import EncodedCorpus
+from .store import Corpus, Side
 from .vocab import Vocab
 
 
@@ -49,7 +49,7 @@ def merge_tree(vocab: Vocab) -> tuple[np.ndarray, np.ndarray]:
 class SampledEpochs:
     """The training pairs of each epoch, segmented with BPE-dropout p: `corpus(epoch)`, `lengths(epoch)`."""
 
-    def __init__(self, base: EncodedCorpus, vocab: Vocab, p: float, seed: int, max_subwords: int):
+    def __init__(self, base: Corpus, vocab: Vocab, p: float, seed: int, max_subwords: int):
         self.base, self.p, self.seed, self.max_subwords = base, p, seed, max_subwords
         self.left, self.right = merge_tree(vocab)
         # the merges inside each piece: n - 1 for a piece of n characters, 0 for a character
@@ -58,30 +58,28 @@ class SampledEpochs:
             if self.left[i] >= 0:
                 merges[i] = merges[self.left[i]] + merges[self.right[i]] + 1
         self.keep = (1.0 - p) ** merges  # the chance that a piece forms whole
-        self._epochs: dict[int, EncodedCorpus] = {}  # this epoch and the one before (a step may hold both)
+        self._epochs: dict[int, Corpus] = {}  # this epoch and the one before (a step may hold both)
 
-    def corpus(self, epoch: int) -> EncodedCorpus:
-        """Epoch `epoch`'s ids (epochs count from 1)."""
+    def corpus(self, epoch: int) -> Corpus:
+        """Epoch `epoch`'s ids (epochs count from 1), in memory as flat arrays."""
         if epoch not in self._epochs:
             rng = np.random.default_rng([self.seed, epoch])
             src, tgt = self._sample(self.base.src, rng), self._sample(self.base.tgt, rng)
-            fits = [len(s) <= self.max_subwords and len(t) <= self.max_subwords for s, t in zip(src, tgt)]
+            fits = (src.lengths() <= self.max_subwords) & (tgt.lengths() <= self.max_subwords)
             self._epochs = {e: c for e, c in self._epochs.items() if e >= epoch - 1}
-            self._epochs[epoch] = EncodedCorpus(
-                [s if ok else b for s, b, ok in zip(src, self.base.src, fits)],
-                [t if ok else b for t, b, ok in zip(tgt, self.base.tgt, fits)],
-                self.base.lines,
+            self._epochs[epoch] = Corpus(
+                _choose(fits, src, self.base.src), _choose(fits, tgt, self.base.tgt), self.base.lines
             )
         return self._epochs[epoch]
 
-    def lengths(self, epoch: int) -> tuple[list[int], list[int]]:
+    def lengths(self, epoch: int) -> tuple[np.ndarray, np.ndarray]:
         corpus = self.corpus(epoch)
-        return [len(s) for s in corpus.src], [len(t) for t in corpus.tgt]
+        return corpus.src.lengths(), corpus.tgt.lengths()
 
-    def _sample(self, rows: list[list[int]], rng: np.random.Generator) -> list[list[int]]:
+    def _sample(self, side: Side, rng: np.random.Generator) -> Side:
         """Each piece whole with probability keep[piece], else split at its last merge; the halves drawn in turn."""
-        ids = np.fromiter((i for r in rows for i in r), dtype=np.int64)  # (tokens,)
-        row = np.repeat(np.arange(len(rows)), [len(r) for r in rows])  # (tokens,) the sentence of each
+        ids = np.asarray(side.ids, dtype=np.int64)  # (tokens,)
+        row = np.repeat(np.arange(len(side)), side.lengths())  # (tokens,) the sentence of each
         undrawn = np.ones(len(ids), dtype=bool)
         while undrawn.any():
             split = undrawn & (rng.random(len(ids)) >= self.keep[ids])  # keep is 1 for characters and </s>
@@ -92,5 +90,19 @@ class SampledEpochs:
             undrawn = np.zeros(len(out), dtype=bool)
             undrawn[first[split]] = undrawn[first[split] + 1] = True  # only the new halves are drawn again
             ids, row = out, np.repeat(row, counts)
-        bounds = np.searchsorted(row, np.arange(len(rows) + 1))
-        return [ids[a:b].tolist() for a, b in zip(bounds[:-1], bounds[1:])]
+        return Side(ids, np.searchsorted(row, np.arange(len(side) + 1)))
+
+
+def _choose(take: np.ndarray, side: Side, other: Side) -> Side:
+    """Sentence i of side where take[i], else of other."""
+    if take.all():
+        return side
+    lengths = np.where(take, side.lengths(), other.lengths())
+    offsets = np.concatenate(([0], np.cumsum(lengths)))
+    row = np.repeat(np.arange(len(lengths)), lengths)  # (tokens,) the sentence of each output token
+    within = np.arange(offsets[-1]) - offsets[row]
+    ids = np.empty(offsets[-1], dtype=np.int64)
+    mine = take[row]
+    ids[mine] = side.ids[side.offsets[row[mine]] + within[mine]]
+    ids[~mine] = other.ids[other.offsets[row[~mine]] + within[~mine]]
+    return Side(ids, offsets)

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import functools
 import io
+import itertools
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
+import numpy as np
 import sentencepiece as spm
 
 # Special ids, fixed so that ModelConfig's defaults (pad 0, bos 1, eos 2, unk 3) hold for every vocabulary.
@@ -23,6 +25,30 @@ def read_sentencepiece(model_proto: bytes, where: str) -> spm.SentencePieceProce
         raise ValueError(f"{where}: not a SentencePiece model ({len(model_proto):,} bytes that do not parse)") from None
 
 
+def sample_sentences(sentences: Iterable[str], k: int, seed: int = SEED) -> list[str]:
+    """k sentences drawn uniformly from a stream of any length, holding only k (reservoir sampling, Vitter's
+    algorithm R, with a seeded generator); every sentence, in order, when the stream has at most k."""
+    rng = np.random.default_rng(seed)
+    sample: list[str] = []
+    stream = iter(sentences)
+    sample.extend(itertools.islice(stream, k))
+    seen = len(sample)
+    while chunk := list(itertools.islice(stream, 65_536)):
+        # sentence seen + i replaces sample[j] when j = uniform(0 .. seen + i) falls below k
+        slots = (rng.random(len(chunk)) * np.arange(seen + 1, seen + len(chunk) + 1)).astype(np.int64)
+        for i in np.flatnonzero(slots < k):
+            sample[slots[i]] = chunk[i]
+        seen += len(chunk)
+    return sample
+
+
+def _handed_over(sentences: list[str]) -> Iterator[str]:
+    """The sentences in order, each let go of as SentencePiece takes its own copy: the sample is not held twice."""
+    sentences.reverse()
+    while sentences:
+        yield sentences.pop()
+
+
 def _clear_trainer_errors(train: Callable[..., Vocab]) -> Callable[..., Vocab]:
     """Vocab.train with its failures as one line naming data.vocab_size (SentencePiece's own are C++ source)."""
 
@@ -32,9 +58,6 @@ def _clear_trainer_errors(train: Callable[..., Vocab]) -> Callable[..., Vocab]:
             raise ValueError(
                 f"data.vocab_size {vocab_size}: must be at least {UNK_ID + 2} (4 special tokens and a character)"
             )
-        sentences = list(sentences)
-        if not any(s.strip() for s in sentences):
-            raise ValueError("no text to train the vocabulary on: the training files have no non-empty line")
         try:
             return train(cls, sentences, vocab_size, *args, **kwargs)
         except RuntimeError as err:
@@ -69,11 +92,15 @@ class Vocab:
 
         Deterministic: the same sentences give the same model bytes (the sample of seed_sentences
         is drawn with a fixed seed), so a run killed while training its vocabulary reruns exactly.
+        The sentences may be a stream of any length: only the sample is held.
         """
+        sentences = sample_sentences(sentences, seed_sentences)
+        if not any(s.strip() for s in sentences):
+            raise ValueError("no text to train the vocabulary on: the training files have no non-empty line")
         out = io.BytesIO()
         spm.set_random_generator_seed(SEED)
         spm.SentencePieceTrainer.train(
-            sentence_iterator=iter(sentences),
+            sentence_iterator=_handed_over(sentences),
             model_writer=out,
             model_type="bpe",
             vocab_size=vocab_size,

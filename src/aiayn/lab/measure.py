@@ -120,7 +120,7 @@ def measure_all(
     model_dir: Path, run_dir: Path | None, results: dict[str, Any] | None, quick: bool, layer: int | None, log: Log
 ) -> dict[str, Any]:
     """Everything the report shows; run_dir holds checkpoints (for averaging) when the lab trained the model."""
-    from ..data.corpus import find_file, read_parallel
+    from ..data.sources import Source
     from ..model_folder import load_any
     from .trained import REPO
 
@@ -136,7 +136,7 @@ def measure_all(
     log("the trained model: translation, heads, teacher forcing, small claims ...")
     m.update(on_model(model, tokenizer, sentence, layer))
     valid_prefix = REPO.parent / "shared" / "data" / "multi30k" / "val"
-    valid = read_parallel(find_file(valid_prefix, src_lang), find_file(valid_prefix, tgt_lang))
+    valid = Source(valid_prefix, src_lang, tgt_lang).read()
     if not quick:  # two training runs: too long for --quick
         log("training a tiny model with and without the causal mask ...")
         m["mask"] = mask_experiment(tokenizer, valid)

@@ -89,12 +89,12 @@ def agreement(ours: int, paper: int) -> str:
 
 def score_run(run: Path, valid: str, src_lang: str, tgt_lang: str, bleu_sentences: int) -> dict[str, float]:
     """Dev perplexity (all pairs) and BLEU (beam 4, the first bleu_sentences) of run/model."""
-    from ..data.corpus import find_file, read_parallel
+    from ..data.sources import Source
     from ..evaluate import perplexity, sacre_bleu
     from ..translator import Translator
 
     translator = Translator.load(run / "model")
-    src, ref = read_parallel(find_file(valid, src_lang), find_file(valid, tgt_lang))
+    src, ref = Source(valid, src_lang, tgt_lang).read()
     ppl, _ = perplexity(
         translator.model, translator.tokenizer.encode_source(src), translator.tokenizer.encode_target(ref)
     )
@@ -144,14 +144,14 @@ def row_folder(label: str) -> str:
 
 def shared_vocabulary(out: Path, common: list[str], log: Callable[[str], None]) -> Path:
     """out/spm.model, trained once on the training text: every row reads it (Table 3 varies the model only)."""
-    from ..data.corpus import find_file, read_parallel
+    from ..data.sources import Source
     from ..data.vocab import Vocab
     from .trained import multi30k_recipe
 
     path = out / "spm.model"
     if not path.is_file():
         d = multi30k_recipe(common).data
-        src, tgt = read_parallel(find_file(d.train, d.src_lang), find_file(d.train, d.tgt_lang))
+        src, tgt = Source(d.train, d.src_lang, d.tgt_lang, "data.train").read()
         log(f"training the rows' {d.vocab_size:,}-piece vocabulary on {len(src):,} + {len(tgt):,} sentences")
         Vocab.train(src + tgt, d.vocab_size, seed_sentences=d.vocab_sample).save(path)
     return path

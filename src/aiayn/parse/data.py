@@ -15,6 +15,10 @@ training trees and read back on resume.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from pathlib import Path
+
+from ..data.sources import CHUNK, Chunk
 from ..recipe import DataConfig
 from .linearize import linearize
 from .trees import Tree, read_treebank
@@ -28,3 +32,23 @@ def read_split(data: DataConfig, files: str) -> tuple[list[str], list[str]]:
 
 def sentences(trees: list[Tree]) -> list[str]:
     return [" ".join(t.words()) for t in trees]
+
+
+class TreebankSource:
+    """A file range of the treebank read as aiayn.data.sources.Source is: what the token store encodes."""
+
+    kind = "ptb"
+
+    def __init__(self, data: DataConfig, files: str):
+        self.data, self.spec = data, files
+
+    def __str__(self) -> str:
+        return f"{self.data.archive}: {self.spec}"
+
+    def files(self) -> list[Path]:
+        return [Path(self.data.archive)]
+
+    def chunks(self, size: int = CHUNK) -> Iterator[Chunk]:
+        src, tgt = read_split(self.data, self.spec)
+        for first in range(0, len(src), size):
+            yield Chunk(first + 1, src[first : first + size], tgt[first : first + size])

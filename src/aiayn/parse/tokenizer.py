@@ -107,7 +107,7 @@ class ParseTokenizer:
         )
 
     @property
-    def source_proto(self) -> bytes:  # what training's cache key hashes (aiayn.data.corpus.cache_key)
+    def source_proto(self) -> bytes:  # what training's cache key hashes (aiayn.data.store.store_key)
         return self.source.proto
 
     @property

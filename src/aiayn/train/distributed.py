@@ -9,6 +9,7 @@ PyTorch's DistributedDataParallel: nothing home-made.
 from __future__ import annotations
 
 import contextlib
+import datetime
 import os
 import sys
 
@@ -16,6 +17,11 @@ import torch
 import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
+
+# How long a rank waits for the others at a collective: the other ranks wait at a barrier while rank 0 trains the
+# vocabulary and prepares the token store, which takes hours on WMT's 36M pairs; Gloo's default is 30 minutes and
+# NCCL's 10.
+WAIT = datetime.timedelta(hours=12)
 
 
 def init(device: torch.device) -> tuple[torch.device, bool]:
@@ -31,7 +37,7 @@ def init(device: torch.device) -> tuple[torch.device, bool]:
     if int(os.environ.get("WORLD_SIZE", 1)) == 1 or dist.is_initialized():
         return device, False
     cuda = device.type == "cuda"
-    dist.init_process_group("nccl" if cuda else "gloo", device_id=device if cuda else None)
+    dist.init_process_group("nccl" if cuda else "gloo", device_id=device if cuda else None, timeout=WAIT)
     return device, True
 
 

@@ -3,7 +3,7 @@
 OUT/run.json              what marks a run folder: the recipe it runs (aiayn.train.run_folder)
 OUT/recipe.yaml           the resolved recipe (recipe.resolved.yaml when recipe.yaml is the user's)
 OUT/spm.model             the shared SentencePiece vocabulary (trained once), unless data.vocab names one
-OUT/data/*.safetensors    the encoded corpus (encoded once; a resume reads it back, checked)
+OUT/data/train/, valid/    the token stores: the encoded splits, memory-mapped (aiayn.data.store)
 OUT/checkpoints/step-N/   model directory + training state; running again resumes from the latest
 OUT/model/                the final (averaged) model: what `Translator.load` reads
 OUT/tensorboard/          TensorBoard event files
@@ -23,9 +23,10 @@ import torch
 
 from .. import faults
 from ..config import ModelConfig
-from ..data.batching import Batch, BatchStream, collate, make_batches
+from ..data.batching import Batch, BatchStream, corpus_batch, make_batches, rank_share
 from ..data.bpe_dropout import SampledEpochs
-from ..data.corpus import EncodedCorpus, cache_key, encode_pairs, find_file, read_parallel
+from ..data.sources import Source
+from ..data.store import Corpus, TokenStore, prepare, store_key
 from ..data.vocab import Vocab
 from ..evaluate import tokenized_bleu
 from ..files import sweep_temporaries
@@ -127,10 +128,12 @@ def start_model(recipe: Recipe, out: Path, init: str | Path | None, log: Log) ->
         raise FileNotFoundError(f"data.vocab {d.vocab}: no such file")
     if not vocab_path.is_file():
         if distributed.is_main():
-            src, tgt = read_parallel(find_file(d.train, d.src_lang), find_file(d.train, d.tgt_lang))
-            log(f"training a {d.vocab_size:,}-piece shared BPE vocabulary on {len(src):,} + {len(tgt):,} sentences")
+            source = Source(d.train, d.src_lang, d.tgt_lang, "data.train")
+            log(
+                f"training a {d.vocab_size:,}-piece shared BPE vocabulary on a sample of {d.vocab_sample:,} sentences of {source}"
+            )
             faults.point("vocab.before-train")
-            vocab = Vocab.train(src + tgt, d.vocab_size, seed_sentences=d.vocab_sample)
+            vocab = Vocab.train(source.sentences(), d.vocab_size, seed_sentences=d.vocab_sample)  # streamed
             faults.point("vocab.after-train")
             vocab.save(vocab_path)
         distributed.barrier()
@@ -139,31 +142,27 @@ def start_model(recipe: Recipe, out: Path, init: str | Path | None, log: Log) ->
     return Start(Transformer(recipe.model_config(len(vocab))).train(), vocab, vocab.proto)
 
 
-def load_split(recipe: Recipe, prefix: str, tokenizer, cache: Path, log: Log) -> EncodedCorpus:
-    """A parallel split, encoded and length-filtered once, then read back from cache (rebuilt if not whole)."""
+def load_split(
+    recipe: Recipe, spec: str | dict, tokenizer, vocab_size: int, folder: Path, log: Log, field: str = "data"
+) -> Corpus:
+    """A split's token store: encoded and length-filtered once by rank 0 (aiayn.data.store), then opened by every
+    rank, memory-mapped; rebuilt when its key (the source, the tokenizer, the length limit) has changed."""
     d = recipe.data
     if d.format == "ptb":  # sentences and linearised trees from a file range of the treebank
-        from ..parse.data import read_split
+        from ..parse.data import TreebankSource
 
-        paths, where = [Path(d.archive)] * 2, f"{d.archive}: {prefix}"
-        key = f"{cache_key(*paths, tokenizer, d.max_subwords)} {prefix}"
+        source = TreebankSource(d, spec)
     else:
-        paths = [find_file(prefix, d.src_lang), find_file(prefix, d.tgt_lang)]
-        where, key = f"{paths[0]} / {paths[1]}", cache_key(*paths, tokenizer, d.max_subwords)
-    corpus = EncodedCorpus.load(cache, key)
-    distributed.barrier()  # every rank has looked before rank 0 writes the cache
-    if corpus is not None:
-        return corpus
-    src, tgt = read_split(d, prefix) if d.format == "ptb" else read_parallel(*paths)
-    corpus, report = encode_pairs(src, tgt, tokenizer.encode_source, tokenizer.encode_target, d.max_subwords)
-    log(f"{where}: {report}")
-    faults.point("cache.after-encode")
-    if distributed.is_main():
-        corpus.save(cache, key)
-    return corpus
+        source = Source(spec, d.src_lang, d.tgt_lang, field)
+    key = store_key(source, tokenizer, d.max_subwords)
+    if distributed.is_main() and not TokenStore.is_built(folder, key):
+        prepare(source, tokenizer, vocab_size, d.max_subwords, folder, key, d.workers, log)
+        faults.point("store.after-prepare")
+    distributed.barrier()  # rank 0's store is whole before any rank opens it
+    return TokenStore(folder)
 
 
-def sampled_epochs(recipe: Recipe, corpus: EncodedCorpus, tokenizer) -> SampledEpochs | None:
+def sampled_epochs(recipe: Recipe, corpus: Corpus, tokenizer) -> SampledEpochs | None:
     """data.bpe_dropout's per-epoch segmentations of the training pairs; None when it is 0 (every epoch is `corpus`)."""
     d = recipe.data
     if not d.bpe_dropout:
@@ -176,10 +175,8 @@ def sampled_epochs(recipe: Recipe, corpus: EncodedCorpus, tokenizer) -> SampledE
     return SampledEpochs(corpus, tokenizer, d.bpe_dropout, recipe.train.seed, d.max_subwords)
 
 
-def to_batch(corpus: EncodedCorpus, indices: list[int], model: Transformer, device: torch.device) -> Batch:
-    b = collate(
-        [corpus.src[i] for i in indices], [corpus.tgt[i] for i in indices], model.config.pad_id, model.config.bos_id
-    )
+def to_batch(corpus: Corpus, rows: np.ndarray, model: Transformer, device: torch.device) -> Batch:
+    b = corpus_batch(corpus, rows, model.config.pad_id, model.config.bos_id)
     return Batch(b.src.to(device), b.tgt_in.to(device), b.tgt_out.to(device), b.n_src, b.n_tgt)
 
 
@@ -232,19 +229,24 @@ def _train(recipe: Recipe, out: Path, init: str | Path | None, log: Log) -> dict
         torch.set_num_threads(cfg.threads)
     start = start_model(recipe, out, init, log)
     model = start.model.to(device)
-    corpus = load_split(recipe, recipe.data.train, start.tokenizer, out / "data" / "train.safetensors", log)
-    valid = load_split(recipe, recipe.data.valid, start.tokenizer, out / "data" / "valid.safetensors", log)
+    vocab_size = max(model.config.vocab_size, model.config.target_vocab_size)  # the largest id either side
+    corpus = load_split(
+        recipe, recipe.data.train, start.tokenizer, vocab_size, out / "data" / "train", log, "data.train"
+    )
+    valid = load_split(
+        recipe, recipe.data.valid, start.tokenizer, vocab_size, out / "data" / "valid", log, "data.valid"
+    )
     valid_batches = [
         to_batch(valid, b, model, device)
-        for b in make_batches([len(s) for s in valid.src], [len(s) for s in valid.tgt], cfg.batch_tokens, 0, 0)
+        for b in make_batches(valid.src.lengths(), valid.tgt.lengths(), cfg.batch_tokens, 0, 0)
     ]
     # Batches of batch_tokens whatever the world size: a step takes accum x world of them and each rank
     # every world-th, so the data order and the checkpoint's position do not depend on the world size.
     sampled = sampled_epochs(recipe, corpus, start.tokenizer)  # BPE-dropout: each epoch its own ids
-    pairs = sampled.corpus if sampled else (lambda epoch: corpus)  # epoch -> its EncodedCorpus
+    pairs = sampled.corpus if sampled else (lambda epoch: corpus)  # epoch -> its Corpus
     stream = BatchStream(
-        [len(s) for s in corpus.src],
-        [len(s) for s in corpus.tgt],
+        corpus.src.lengths(),
+        corpus.tgt.lengths(),
         cfg.batch_tokens,
         cfg.seed,
         sampled.lengths if sampled else None,
@@ -308,10 +310,10 @@ def _train(recipe: Recipe, out: Path, init: str | Path | None, log: Log) -> dict
             for group in optimizer.param_groups:
                 group["lr"] = lr
             # 2. micro-batches: each rank's share; loss divided by the target tokens of the whole step
-            step_batches = [(stream.next(), stream.epoch) for _ in range(accum * world)]  # the same for any world size
+            step_batches = stream.step(accum * world)  # the same for any world size
             batches = [
-                to_batch(pairs(epoch), ids, model, device) for ids, epoch in step_batches[rank::world]
-            ]  # r, r + world
+                to_batch(pairs(epoch), rows, model, device) for rows, epoch in rank_share(step_batches, rank, world)
+            ]
             n_tokens = distributed.all_reduce_sum(sum(b.n_tgt for b in batches), device)  # real target tokens
             loss_sum = 0.0
             for i, b in enumerate(batches):
@@ -456,7 +458,7 @@ def evaluate(
     model: Transformer,
     tokenizer,
     recipe: Recipe,
-    valid: EncodedCorpus,
+    valid: Corpus,
     valid_batches: list[Batch],
     device: torch.device,
     writer,
@@ -472,7 +474,7 @@ def evaluate(
         writer.add_scalar("valid/perplexity", v.perplexity, step)
     if cfg.eval_bleu:
         d = recipe.data
-        src, ref = read_parallel(find_file(d.valid, d.src_lang), find_file(d.valid, d.tgt_lang))
+        src, ref = Source(d.valid, d.src_lang, d.tgt_lang, "data.valid").read()
         n = cfg.bleu_sentences or len(src)
         hyp = translate_texts(model, tokenizer, src[:n], cfg.beam_size, cfg.alpha, device)
         bleu, _ = sacrebleu_score(hyp, ref[:n])
@@ -499,7 +501,7 @@ def finish(recipe: Recipe, out: Path, start: Start, device: torch.device, log: L
 
         results.update(test_parser(model, start.tokenizer, recipe, out, device, log))
     elif d.test:
-        src, ref = read_parallel(find_file(d.test, d.src_lang), find_file(d.test, d.tgt_lang))
+        src, ref = Source(d.test, d.src_lang, d.tgt_lang, "data.test").read()
         began = time.perf_counter()
         hyp = translate_texts(model, start.tokenizer, src, cfg.beam_size, cfg.alpha, device)
         bleu, signature = sacrebleu_score(hyp, ref)
