@@ -7,13 +7,14 @@ making's share of a step, on a synthetic corpus of WMT14's size.
 The corpus (WORK/corpus-N/train.{en,de}) is made once, deterministically: each pair joins two or three
 Multi30k training pairs picked by a seeded generator, so that its lengths (about WMT's, 25-40 words) and its
 vocabulary are those of real text. Then `aiayn train RECIPE` runs with the corpus as data.train, Multi30k's
-validation set as data.valid, no test set, bf16 only where native, and max_steps 1 (the recipe's vocabulary size and sample, its model and
-batches), and again on the same folder with max_steps 2 (a resumed run: the vocabulary and the token store are
-reused). Each run's wall time, the time its "parameters;" line appeared (everything before the first step done),
-and its peak memory: the largest single process (ru_maxrss) and the process tree's proportional set size (shared
-pages counted once), sampled every 0.2 s. --prepare-only stops after the token store (max_steps 0 is not a recipe: it trains one step of a tiny
-model instead, so that the figure is the data's). Last, in this process: the training stream's batch making for
-one epoch and the padding of 32 micro-batches from the store, against 8 of the recipe's training steps.
+validation set as data.valid, no test set, bf16 only where native, and max_steps 1 (the recipe's vocabulary
+size and sample, its model and batches), and again on the same folder with max_steps 2 (a resumed run: the
+vocabulary and the token store are reused). For each run: its wall time, the time its "parameters;" line
+appeared (everything before the first step done), and its peak memory, that of the largest single process
+(ru_maxrss) and the process tree's proportional set size (shared pages counted once, sampled every 0.2 s).
+--prepare-only runs the recipe with a small model (`--model.preset=small`, no accumulation), so that the
+figures are the data's and not the base model's step. Last, in this process: one epoch's batch making and the
+padding of 32 micro-batches from the store, against 8 of the recipe's training steps.
 """
 
 from __future__ import annotations

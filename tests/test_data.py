@@ -62,10 +62,10 @@ class WordIds:
     encode_target = encode_source
 
 
-def test_filter_reports_empty_and_too_long_pairs():
+def test_filter_reports_empty_and_too_long_pairs(monkeypatch):
     import aiayn.data.store as store
 
-    store._TOKENIZER = WordIds()
+    monkeypatch.setattr(store, "_TOKENIZER", WordIds())
     src = ["a b", "", "a b c d e f", "a"]
     tgt = ["x", "y", "z", "   "]
     *_, lines, report = encode_chunk(Chunk(1, src, tgt), 4, np.dtype(np.uint16))
@@ -131,9 +131,10 @@ def test_the_four_input_forms_give_the_same_store(tmp_path):
         {"dataset": str(tmp_path / "dict"), "split": "train"},
     ]
     stores = [build(Source(spec, "en", "de"), tmp_path / f"store{i}") for i, spec in enumerate(specs)]
-    for store in stores[1:]:
+    for spec, store in zip(specs[1:], stores[1:]):
         assert store.src.tolist() == stores[0].src.tolist() and store.tgt.tolist() == stores[0].tgt.tolist()
-        assert store.lines.tolist() == stores[0].lines.tolist()
+        header = spec == str(tmp_path / "named.tsv")  # line 1 names the columns: the pairs start on line 2
+        assert store.lines.tolist() == (stores[0].lines + header).tolist()
 
 
 @pytest.mark.parametrize(
@@ -378,3 +379,17 @@ def test_a_dataset_name_resolves_offline_from_the_local_cache(tmp_path):
     done = subprocess.run([sys.executable, "-c", read], env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout.splitlines()[-1]) == [[s for s, _ in pairs], [t for _, t in pairs]]
+
+
+def test_workers_encode_the_same_store_as_one_process(tmp_path):
+    from aiayn.data.vocab import Vocab
+
+    en, de = parallel_files(tmp_path)
+    vocab = Vocab.train(en + de, 300)
+    source = Source(str(tmp_path / "text"), "en", "de")
+    key = store_key(source, vocab, 64)
+    alone = prepare(source, vocab, len(vocab), 64, tmp_path / "alone", key, workers=1, log=lambda _: None)
+    pool = prepare(source, vocab, len(vocab), 64, tmp_path / "pool", key, workers=2, log=lambda _: None, chunk=37)
+    assert pool.src.tolist() == alone.src.tolist() == vocab.encode_source([en[i] for i in alone.lines - 1])
+    assert pool.tgt.tolist() == alone.tgt.tolist() and pool.lines.tolist() == alone.lines.tolist()
+    assert pool.report == alone.report and pool.report.empty == 2

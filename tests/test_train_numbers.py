@@ -61,7 +61,7 @@ def test_two_ranks_log_the_loss_of_all_ranks(tmp_path):
     assert "1 micro-batch(es) of 512 tokens per step x 2 process(es)" in text, text
     assert len(logged(two, "loss")) == STEPS
     assert logged(two, "loss") == pytest.approx(logged(one, "loss"), rel=1e-5)  # not about 1/2 of it
-    # The real tokens of each step: the stream's two batches, counted here from the encoded corpus.
+    # The real tokens of each step: the stream's two batches, counted here from the token store.
     src, tgt = train_lengths(recipe, one)
     stream = BatchStream(src, tgt, 512, seed=1)
     steps = [[stream.next() for _ in range(2)] for _ in range(STEPS)]

@@ -35,7 +35,7 @@ DATASET_KEYS = ("dataset", "config", "split")
 
 @dataclass(frozen=True)
 class Chunk:
-    """Consecutive pairs of a source; `first` is the line (or row) number, from 1, of the first."""
+    """Pairs on consecutive lines (or rows) of a source; `first` is the line number, from 1, of the first."""
 
     first: int
     src: list[str]
@@ -116,12 +116,14 @@ class Source:
             raise FileNotFoundError(f"{self.field}: {err}") from None
 
     def check(self) -> None:
-        """Before training: the files exist and hold text."""
+        """Before training: the files exist and hold text. A dataset is checked when it is read (by rank 0 alone
+        under torchrun), not here, where every rank would load it."""
+        if self.kind == "dataset":
+            return
         for path in self.files():
-            if self.kind != "dataset":
-                with open_bytes(path) as f:
-                    if not f.read(1):
-                        raise ValueError(f"{path}: empty file ({self.field}); there are no sentence pairs")
+            with open_bytes(path) as f:
+                if not f.read(1):
+                    raise ValueError(f"{path}: empty file ({self.field}); there are no sentence pairs")
 
     def chunks(self, size: int = CHUNK) -> Iterator[Chunk]:
         """The pairs in order, `size` at a time; the whole text is never held."""
@@ -129,13 +131,15 @@ class Source:
         if pairs is None:
             yield from self._dataset_chunks(size)
             return
-        first, src, tgt = 1, [], []
-        for number, (s, t) in enumerate(pairs(), start=1):
+        first, src, tgt = 0, [], []
+        for number, s, t in pairs():  # numbered by line: a TSV's header row is line 1, its first pair line 2
+            if not src:
+                first = number
             src.append(s)
             tgt.append(t)
             if len(src) == size:
                 yield Chunk(first, src, tgt)
-                first, src, tgt = number + 1, [], []
+                src, tgt = [], []
         if src:
             yield Chunk(first, src, tgt)
 
@@ -158,7 +162,7 @@ class Source:
 
     # -- the forms
 
-    def _file_pairs(self) -> Iterator[tuple[str, str]]:
+    def _file_pairs(self) -> Iterator[tuple[int, str, str]]:
         src_path, tgt_path = self.files()
         n_src = n_tgt = 0
         src_lines, tgt_lines = text_lines(src_path), text_lines(tgt_path)
@@ -169,7 +173,7 @@ class Source:
                 n_src += sum(1 for _ in src_lines)
                 self._unpartnered(n_src, n_tgt)
             n_tgt += 1
-            yield s, t
+            yield n_src, s, t
         n_tgt += sum(1 for _ in tgt_lines)
         if n_src != n_tgt:
             self._unpartnered(n_src, n_tgt)
@@ -185,7 +189,7 @@ class Source:
             f"({n_src} source lines, {n_tgt} target lines)"
         )
 
-    def _tsv_pairs(self) -> Iterator[tuple[str, str]]:
+    def _tsv_pairs(self) -> Iterator[tuple[int, str, str]]:
         path = self.spec
         columns, width = (0, 1), 2
         for number, line in enumerate(text_lines(path), start=1):
@@ -198,16 +202,16 @@ class Source:
                     f"{path}:{number}: {len(fields)} tab-separated field(s) where {width} are expected "
                     f"(source, target; or a first row naming the columns {self.src_lang} and {self.tgt_lang})"
                 )
-            yield fields[columns[0]], fields[columns[1]]
+            yield number, fields[columns[0]], fields[columns[1]]
 
-    def _jsonl_pairs(self) -> Iterator[tuple[str, str]]:
+    def _jsonl_pairs(self) -> Iterator[tuple[int, str, str]]:
         path = self.spec
         for number, line in enumerate(text_lines(path), start=1):
             try:
                 row = json.loads(line)
             except ValueError as err:
                 raise ValueError(f"{path}:{number}: not a JSON object ({err})") from None
-            yield self._pair(row, f"{path}:{number}")
+            yield number, *self._pair(row, f"{path}:{number}")
 
     def _pair(self, row: Any, where: str) -> tuple[str, str]:
         """(source, target) of a row {lang: text, ...} or {"translation": {lang: text, ...}}."""

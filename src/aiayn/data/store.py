@@ -21,8 +21,10 @@ import itertools
 import json
 import multiprocessing
 import os
+import signal
 from collections import deque
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -31,7 +33,7 @@ import numpy as np
 from .. import faults
 from ..files import temporary_beside
 from ..weights import write_atomic
-from .sources import Chunk, Source
+from .sources import CHUNK, Chunk, Source
 
 FORMAT = 1
 FILES = ("src.ids", "src.idx", "tgt.ids", "tgt.idx", "lines")
@@ -163,7 +165,14 @@ def store_key(source: Source, tokenizer, max_subwords: int) -> str:
 
 # -- encoding, in worker processes
 
-_TOKENIZER = None  # what a worker encodes with: set before the workers fork, so that each has it without pickling
+_TOKENIZER = None  # what encode_chunk encodes with: this process's, or a worker's own copy (_take_tokenizer)
+
+
+def _take_tokenizer(tokenizer) -> None:
+    """A worker's start: keep the tokenizer, and leave Ctrl-C to the parent, which stops the pool."""
+    global _TOKENIZER
+    _TOKENIZER = tokenizer
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def encode_chunk(chunk: Chunk, max_subwords: int, dtype: np.dtype) -> tuple:
@@ -191,20 +200,53 @@ def encode_chunk(chunk: Chunk, max_subwords: int, dtype: np.dtype) -> tuple:
     return (*flat(kept_src), *flat(kept_tgt), np.asarray(lines, dtype=np.int64), report)
 
 
-def _encoded(chunks: Iterable[Chunk], workers: int, *args) -> Iterable[tuple]:
-    """encode_chunk of each chunk, in order: on `workers` forked processes with at most IN_FLIGHT x workers chunks
-    queued (Pool.imap would read the whole source ahead), or here when workers is 1."""
-    if workers <= 1:
-        yield from (encode_chunk(c, *args) for c in chunks)
+def _encoded(chunks: Iterable[Chunk], tokenizer, workers: int, *args) -> Iterator[tuple]:
+    """encode_chunk of each chunk, in order. A source of more than one chunk is encoded on `workers` processes,
+    started fresh (spawned: they hold none of this process's files, such as the run folder's lock), with at most
+    IN_FLIGHT x workers chunks queued, so that the source is never read far ahead; a worker that dies stops the
+    preparation with BrokenProcessPool rather than a wait for its chunk."""
+    global _TOKENIZER
+    chunks = iter(chunks)
+    first = list(itertools.islice(chunks, 2))
+    if workers <= 1 or len(first) < 2:
+        _TOKENIZER = tokenizer
+        try:
+            yield from (encode_chunk(c, *args) for c in itertools.chain(first, chunks))
+        finally:
+            _TOKENIZER = None
         return
-    with multiprocessing.get_context("fork").Pool(workers) as pool:
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(workers, context, initializer=_take_tokenizer, initargs=(tokenizer,)) as pool:
         pending: deque = deque()
-        for chunk in chunks:
-            pending.append(pool.apply_async(encode_chunk, (chunk, *args)))
-            if len(pending) >= IN_FLIGHT * workers:
-                yield pending.popleft().get()
-        while pending:
-            yield pending.popleft().get()
+        try:
+            for chunk in itertools.chain(first, chunks):
+                pending.append(pool.submit(encode_chunk, chunk, *args))
+                if len(pending) >= IN_FLIGHT * workers:
+                    yield pending.popleft().result()
+            while pending:
+                yield pending.popleft().result()
+        finally:
+            for future in pending:  # a failure or an early stop: what is queued is not started
+                future.cancel()
+
+
+def sync_folder(folder: Path) -> None:
+    """fsync a folder, so that the renames in it are on disk (where the system can open a folder to sync it)."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def cores() -> int:
+    """The cores this process may run on."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 def prepare(
@@ -216,15 +258,16 @@ def prepare(
     key: str,
     workers: int = 0,
     log: Callable[[str], None] = print,
+    chunk: int = CHUNK,
 ) -> TokenStore:
     """Encode and length-filter source into a TokenStore at folder (see the module's docstring); workers 0 = the
-    cores. Pairs with an empty side or a side over max_subwords (</s> included) are dropped and counted."""
-    global _TOKENIZER
+    cores; chunk: pairs a worker takes at a time. Pairs with an empty side or a side over max_subwords (</s> included)
+    are dropped and counted."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "store.json").unlink(missing_ok=True)  # from here until the end, the folder holds no store
     dtype = ids_dtype(vocab_size)
-    workers = workers or len(os.sched_getaffinity(0))
+    workers = workers or cores()
     temporaries = {name: temporary_beside(folder / name) for name in FILES}
     ends = {"src.idx": 0, "tgt.idx": 0}  # the offset the next sentence starts at
     report = FilterReport()
@@ -233,8 +276,8 @@ def prepare(
             files = {name: open_files.enter_context(open(path, "wb")) for name, path in temporaries.items()}
             for name in ("src.idx", "tgt.idx"):
                 files[name].write(np.zeros(1, dtype=np.int64).tobytes())
-            _TOKENIZER = tokenizer
-            for src, src_len, tgt, tgt_len, lines, part in _encoded(source.chunks(), workers, max_subwords, dtype):
+            encoded = _encoded(source.chunks(chunk), tokenizer, workers, max_subwords, dtype)
+            for src, src_len, tgt, tgt_len, lines, part in encoded:
                 for side, ids, lengths in (("src", src, src_len), ("tgt", tgt, tgt_len)):
                     files[f"{side}.ids"].write(ids.tobytes())
                     files[f"{side}.idx"].write((ends[f"{side}.idx"] + np.cumsum(lengths)).tobytes())
@@ -250,6 +293,7 @@ def prepare(
             raise ValueError(f"no sentence pair is left after filtering ({why}): {report}")
         for name, path in temporaries.items():
             os.replace(path, folder / name)
+        sync_folder(folder)  # the renames are on disk before store.json says the store is whole
         faults.point("store.before-meta")
         meta = {
             "format": FORMAT,
@@ -262,7 +306,6 @@ def prepare(
         }
         write_atomic(folder / "store.json", json.dumps(meta, indent=2).encode())
     finally:
-        _TOKENIZER = None
         for path in temporaries.values():
             path.unlink(missing_ok=True)
     log(f"{source}: {report}")

@@ -18,10 +18,11 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-# How long a rank waits for the others at a collective: the other ranks wait at a barrier while rank 0 trains the
-# vocabulary and prepares the token store, which takes hours on WMT's 36M pairs; Gloo's default is 30 minutes and
-# NCCL's 10.
-WAIT = datetime.timedelta(hours=12)
+# How long the other ranks wait while rank 0 trains the vocabulary and prepares the token store (`wait_for_rank_0`),
+# which takes hours on WMT's 36M pairs; Gloo's default timeout is 30 minutes and NCCL's 10, and the training's own
+# collectives keep those, so that a rank that hangs is still found in minutes.
+PREPARATION_WAIT = datetime.timedelta(hours=12)
+_preparation_group = None
 
 
 def init(device: torch.device) -> tuple[torch.device, bool]:
@@ -37,7 +38,7 @@ def init(device: torch.device) -> tuple[torch.device, bool]:
     if int(os.environ.get("WORLD_SIZE", 1)) == 1 or dist.is_initialized():
         return device, False
     cuda = device.type == "cuda"
-    dist.init_process_group("nccl" if cuda else "gloo", device_id=device if cuda else None, timeout=WAIT)
+    dist.init_process_group("nccl" if cuda else "gloo", device_id=device if cuda else None)
     return device, True
 
 
@@ -116,3 +117,14 @@ def all_reduce_sum(value: float, device: torch.device) -> float:
 def barrier() -> None:
     if dist.is_available() and dist.is_initialized():
         dist.barrier()
+
+
+def wait_for_rank_0() -> None:
+    """A barrier that waits as long as rank 0's preparation takes (up to PREPARATION_WAIT): on a Gloo group of its
+    own, which waits on the CPU without spinning and leaves the default group's timeout as it is."""
+    global _preparation_group
+    if not (dist.is_available() and dist.is_initialized()):
+        return
+    if _preparation_group is None:  # every rank reaches the first wait, so every rank makes the group
+        _preparation_group = dist.new_group(backend="gloo", timeout=PREPARATION_WAIT)
+    dist.barrier(group=_preparation_group)

@@ -136,7 +136,7 @@ def start_model(recipe: Recipe, out: Path, init: str | Path | None, log: Log) ->
             vocab = Vocab.train(source.sentences(), d.vocab_size, seed_sentences=d.vocab_sample)  # streamed
             faults.point("vocab.after-train")
             vocab.save(vocab_path)
-        distributed.barrier()
+        distributed.wait_for_rank_0()
     vocab = Vocab.load(vocab_path)
     torch.manual_seed(recipe.train.seed)  # the same initial weights for the same seed
     return Start(Transformer(recipe.model_config(len(vocab))).train(), vocab, vocab.proto)
@@ -154,11 +154,12 @@ def load_split(
         source = TreebankSource(d, spec)
     else:
         source = Source(spec, d.src_lang, d.tgt_lang, field)
-    key = store_key(source, tokenizer, d.max_subwords)
-    if distributed.is_main() and not TokenStore.is_built(folder, key):
-        prepare(source, tokenizer, vocab_size, d.max_subwords, folder, key, d.workers, log)
-        faults.point("store.after-prepare")
-    distributed.barrier()  # rank 0's store is whole before any rank opens it
+    if distributed.is_main():  # the key reads the source (a dataset is loaded): rank 0's alone
+        key = store_key(source, tokenizer, d.max_subwords)
+        if not TokenStore.is_built(folder, key):
+            prepare(source, tokenizer, vocab_size, d.max_subwords, folder, key, d.workers, log)
+            faults.point("store.after-prepare")
+    distributed.wait_for_rank_0()  # rank 0's store is whole before any rank opens it
     return TokenStore(folder)
 
 

@@ -34,7 +34,7 @@ def start_parser(recipe: Recipe, out: Path, log: Log) -> tuple[Transformer, Pars
                 f"{tokenizer.target_size:,} target symbols"
             )
             tokenizer.save(out)
-        distributed.barrier()
+        distributed.wait_for_rank_0()
     tokenizer = ParseTokenizer.load(out)
     config = recipe.model_config(len(tokenizer)).replace(tgt_vocab_size=tokenizer.target_size, share_embeddings=False)
     torch.manual_seed(recipe.train.seed)

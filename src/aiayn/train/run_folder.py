@@ -22,6 +22,7 @@ from typing import IO, Any
 import yaml
 
 from .. import faults
+from ..data.store import FILES as STORE_FILES
 from ..parse.tokenizer import SOURCE_FILE, TARGET_FILE, WORDS_FILE
 from ..recipe import Recipe
 from ..version import __version__
@@ -43,7 +44,7 @@ WRITTEN = (
 )
 # What a resume may not change: the data, the vocabulary and the model, and what fixes the data
 # order (the saved position counts batches of batch_tokens, shuffled with seed).
-ALLOWED_DATA = ("valid", "test")  # read again at each evaluation and at the end
+ALLOWED_DATA = ("valid", "test", "workers")  # read again at each evaluation and at the end; how many encode
 FIXED_TRAIN = ("batch_tokens", "seed")
 
 
@@ -143,7 +144,7 @@ def trained(out: Path) -> bool:
 
 def start_over(out: Path, old: dict[str, Any]) -> None:
     """Remove what a start that never trained made from its recipe (its vocabulary, unless the recipe named
-    one, and its encoded data), so that a new recipe's start makes them anew. Only aiayn's own files, in a
+    one, and its token stores), so that a new recipe's start makes them anew. Only aiayn's own files, in a
     folder aiayn made (run.json)."""
     if not old.get("data", {}).get("vocab"):
         (out / "spm.model").unlink(missing_ok=True)
@@ -151,8 +152,13 @@ def start_over(out: Path, old: dict[str, Any]) -> None:
         (out / name).unlink(missing_ok=True)
     data = out / "data"
     if data.is_dir():
-        for path in data.glob("*.safetensors"):
+        for path in data.glob("*.safetensors"):  # an older aiayn's encoded data
             path.unlink()
+        for split in ("train", "valid"):  # the token stores (aiayn.data.store): only the files a store has
+            for name in (*STORE_FILES, "store.json"):
+                (data / split / name).unlink(missing_ok=True)
+            if (data / split).is_dir() and not any((data / split).iterdir()):
+                (data / split).rmdir()
         if not any(data.iterdir()):
             data.rmdir()
 
