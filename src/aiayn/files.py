@@ -3,6 +3,7 @@ files beside the files they become, so that every file aiayn writes is written w
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import socket
@@ -107,3 +108,18 @@ def read_text_lines(stream: BinaryIO, name: str) -> Iterator[str]:
                 f"{name}: line {line_number}: not valid UTF-8 ({err.reason} at byte {err.start})"
             ) from None
         yield (line.removeprefix("\ufeff") if line_number == 1 else line).rstrip("\r\n")
+
+
+def fsync_folder(path: Path) -> None:
+    """fsync a folder, so that the renames in it are on disk; a system that cannot sync a folder is passed over."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError as err:
+        if err.errno not in (errno.EINVAL, errno.EBADF):
+            raise
+    finally:
+        os.close(fd)

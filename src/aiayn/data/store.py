@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from .. import faults
-from ..files import temporary_beside
+from ..files import fsync_folder, temporary_beside
 from ..weights import write_atomic
 from .sources import CHUNK, Chunk, Source
 
@@ -230,20 +230,6 @@ def _encoded(chunks: Iterable[Chunk], tokenizer, workers: int, *args) -> Iterato
                 future.cancel()
 
 
-def sync_folder(folder: Path) -> None:
-    """fsync a folder, so that the renames in it are on disk (where the system can open a folder to sync it)."""
-    try:
-        fd = os.open(folder, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
 def cores() -> int:
     """The cores this process may run on."""
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
@@ -293,7 +279,7 @@ def prepare(
             raise ValueError(f"no sentence pair is left after filtering ({why}): {report}")
         for name, path in temporaries.items():
             os.replace(path, folder / name)
-        sync_folder(folder)  # the renames are on disk before store.json says the store is whole
+        fsync_folder(folder)  # the renames are on disk before store.json says the store is whole
         faults.point("store.before-meta")
         meta = {
             "format": FORMAT,

@@ -16,7 +16,6 @@ refuses anything but tensors and plain containers.
 
 from __future__ import annotations
 
-import errno
 import json
 import os
 import shutil
@@ -30,7 +29,7 @@ from safetensors.torch import load_file
 
 from .. import faults
 from ..data.batching import BatchStream
-from ..files import temporary_beside
+from ..files import fsync_folder, temporary_beside
 from ..model import Transformer
 from ..weights import WEIGHTS, load_plain_pickle, save_model, save_tensors, write_atomic
 from . import distributed
@@ -184,7 +183,7 @@ def save_checkpoint(
         save_tensors(tensors, tmp / TENSORS)
         faults.point("checkpoint.after-state-tensors")
         write_atomic(tmp / STATE, json.dumps(plain).encode(), fault="checkpoint-state")
-        _fsync_directory(tmp)
+        fsync_folder(tmp)
         faults.point("checkpoint.before-rename")
     except OSError as err:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -274,20 +273,6 @@ def _load_old(checkpoint: Path) -> tuple[TrainState, dict]:
         scaler=old.get("scaler") or {},
     )
     return state, old["optimizer"]
-
-
-def _fsync_directory(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError as err:
-        if err.errno not in (errno.EINVAL, errno.EBADF):
-            raise
-    finally:
-        os.close(fd)
 
 
 def average_weights(directories: list[Path]) -> dict[str, torch.Tensor]:
