@@ -52,8 +52,8 @@ class Parser:
     def load(
         cls, path: str | Path, device: str | torch.device = "cpu", constrained: bool = True, **options: Any
     ) -> Parser:
-        """A model directory; options (beam_size, alpha, batch_size, ...) override the search's defaults
-        (CONSTRAINED_SEARCH, or the paper's PAPER_SEARCH with constrained=False)."""
+        """A model directory or a Hugging Face hub id (as Translator.load takes); options (beam_size, alpha, batch_size,
+        ...) override the search's defaults (CONSTRAINED_SEARCH, or the paper's PAPER_SEARCH with constrained=False)."""
         options = {**search_defaults(constrained), **{k: v for k, v in options.items() if v is not None}}
         translator = Translator.load(path, device, **options)
         if not isinstance(translator.tokenizer, ParseTokenizer):

@@ -93,6 +93,7 @@ class Translation(NamedTuple):
     text: str
     score: float  # length-penalised log-probability, what the search ranked by
     log_prob: float
+    tokens: int = 0  # target tokens the search generated, its </s> included
 
 
 def load_for_decoding(directory: str | Path, device: str | torch.device = "cpu") -> Transformer:
@@ -137,7 +138,8 @@ class Translator:
         gemm: str | None = None,
         **options: Any,
     ) -> Translator:
-        """An aiayn model directory, or a Hugging Face Marian one; options override its decoding defaults.
+        """An aiayn model directory, or a Hugging Face Marian one, or a hub id such as "Helsinki-NLP/opus-mt-en-de"
+        (`model_folder.resolve`: a local folder wins); options override its decoding defaults.
 
         gemm: the float32 matrix-product backend on a CPU, "mkl" or "onednn", either with "+packed" (the
         vocabulary packed for oneDNN and, with "onednn", the decoder's matrices too), or "onednn+gemv" (a batch-1
@@ -156,9 +158,10 @@ class Translator:
         DecodeConfig(**{k: v for k, v in options.items() if k in DecodeConfig.__dataclass_fields__ and v is not None})
         from .cpu import backend
         from .cpu.memory import MappedReads
-        from .model_folder import load_any, model_config
+        from .model_folder import load_any, model_config, resolve
 
         check_device(device)
+        path = resolve(path)
         if int8:  # weights mapped from the file and quantised a layer at a time: never all float32 at once
             from .cpu.quantize import quantize_int8
 
@@ -221,7 +224,9 @@ class Translator:
         for batch in self.batches(ids):
             src = self._pad([ids[i] for i in batch])
             for i, hyps in zip(batch, self.search(src, config)):
-                out[i] = [Translation(self.tokenizer.decode(h.tokens), h.score, h.log_prob) for h in hyps]
+                out[i] = [
+                    Translation(self.tokenizer.decode(h.tokens), h.score, h.log_prob, len(h.tokens)) for h in hyps
+                ]
         trim_heap()  # the last batch's caches, freed into the C heap, back to the system: a server idles smaller
         return out
 

@@ -14,7 +14,9 @@ from pathlib import Path
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from ..convert import FORMATS, QUANTIZATIONS
 
-    parser.add_argument("input", help="an aiayn model directory or a Hugging Face Marian directory")
+    parser.add_argument(
+        "input", help="an aiayn model directory, a Hugging Face Marian one, or a hub id (Helsinki-NLP/opus-mt-en-de)"
+    )
     parser.add_argument("output", help="the directory to write")
     parser.add_argument("--to", required=True, choices=FORMATS, help="the output format")
     parser.add_argument(
@@ -49,26 +51,27 @@ def check_output(model: Path, out: Path) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..convert import aiayn_to_marian, marian_to_aiayn, to_ctranslate2
-    from ..model_folder import detect_format
+    from ..model_folder import detect_format, resolve
     from .paths import check_output_folder
 
     check_output_folder(args.output, "output")
-    found = detect_format(args.input)
-    if args.source != "auto" and args.source != found:
-        raise ValueError(f"{args.input}: --from {args.source}, but its config.json is a {found} model")
     if args.quantization and args.to != "ctranslate2":
         raise ValueError("--quantization applies to --to ctranslate2 only")
+    model = resolve(args.input)  # a hub id: its folder in the cache (a local folder wins)
+    found = detect_format(model)
+    if args.source != "auto" and args.source != found:
+        raise ValueError(f"{args.input}: --from {args.source}, but its config.json is a {found} model")
     out = Path(args.output)
-    check_output(Path(args.input), out)
+    check_output(model, out)
     if args.to != "ctranslate2" and (out / "config.json").exists() and not args.force:
         raise ValueError(f"{out} already holds a model; pass --force to replace its model files")
     if args.to == "ctranslate2":
-        to_ctranslate2(args.input, out, args.quantization, force=args.force)
+        to_ctranslate2(model, out, args.quantization, force=args.force)
     elif args.to == found:
         raise ValueError(f"{args.input} is already a {found} model")
     elif args.to == "aiayn":
-        marian_to_aiayn(args.input, out)
+        marian_to_aiayn(model, out)
     else:
-        aiayn_to_marian(args.input, out)
+        aiayn_to_marian(model, out)
     print(f"{args.input} ({found}) -> {out} ({args.to}{', ' + args.quantization if args.quantization else ''})")
     return 0

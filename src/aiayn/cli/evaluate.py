@@ -19,7 +19,7 @@ DEFAULT_LANG = "de"  # the paper's En-De tokenised BLEU
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ref", required=True, help="reference translations, one a line")
     parser.add_argument("--hyp", help="translations to score (instead of --model)")
-    parser.add_argument("--model", help="translate --src with this model, then score")
+    parser.add_argument("--model", help="translate --src with this model (a directory or a hub id), then score")
     parser.add_argument("--src", help="source sentences (with --model)")
     parser.add_argument("--save-hyp", type=output_file, help="with --model: also write the translations here")
     parser.add_argument(
@@ -64,6 +64,9 @@ def run(args: argparse.Namespace) -> int:
                 "save the translations elsewhere"
             )
     if args.model:  # before any file is read
+        from ..model_folder import resolve
+
+        args.model = str(resolve(args.model))  # a hub id: its folder in the cache
         refuse_a_parser(args.model, "aiayn evaluate")
     refs = read_file(args.ref)
     if not refs:

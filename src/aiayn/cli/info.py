@@ -16,14 +16,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--vocab-size", type=at_least(1, 1 << 24), default=37000, help="shared vocabulary size (default 37000)"
     )
-    parser.add_argument("--model", help="a model directory to describe instead of a preset")
+    parser.add_argument("--model", help="a model directory (or a hub id) to describe instead of a preset")
 
 
 def run(args: argparse.Namespace) -> int:
     if args.model:
+        from ..model_folder import resolve
         from ..weights import load_model
 
-        model = load_model(args.model)
+        model = load_model(resolve(args.model))
         config, name = model.config, args.model
     else:
         config, name = ModelConfig.preset(args.preset, vocab_size=args.vocab_size), args.preset

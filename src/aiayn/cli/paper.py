@@ -23,7 +23,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", default="paper-lab", help="the folder to write (default paper-lab)")
     parser.add_argument(
         "--model",
-        help="a trained model directory, or a training folder (with model/ and "
+        help="a trained model directory, a hub id, or a training folder (with model/ and "
         "checkpoints/); default: train a small Multi30k model first",
     )
     parser.add_argument("--quick", action="store_true", help="a tiny model and short measurements, under 2 minutes")
@@ -74,10 +74,11 @@ def model_and_run(args: argparse.Namespace, out: Path) -> tuple[Path, Path | Non
 def check_model(args: argparse.Namespace) -> None:
     """--model a translation model (a directory or a training folder) and --layer one of its encoder's layers, or of
     the lab's model's when it is to be trained: said before any work."""
-    from ..model_folder import model_config
+    from ..model_folder import model_config, resolve
     from .translate import refuse_a_parser
 
     if args.model:
+        args.model = str(resolve(args.model))  # a hub id: its folder in the cache (a local folder wins)
         given = Path(args.model)
         model_dir = given / "model" if (given / "model").is_dir() else given
         for folder in dict.fromkeys([given, model_dir]):  # a parsing run keeps its tokenizer beside the model

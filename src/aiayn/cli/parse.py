@@ -21,7 +21,9 @@ from .translate import each_block
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--model", required=True, help="a parsing model directory (aiayn train recipes/ptb-parse.yaml)")
+    parser.add_argument(
+        "--model", required=True, help="a parsing model directory (aiayn train recipes/ptb-parse.yaml) or a hub id"
+    )
     parser.add_argument("--input", "-i", type=input_file, help="tokenised sentences, one a line (default: stdin)")
     parser.add_argument("--output", "-o", type=output_file, help="where to write the trees (default: stdout)")
     parser.add_argument(

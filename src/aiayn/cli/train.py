@@ -10,7 +10,9 @@ from pathlib import Path
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("recipe", help="a recipe YAML file, e.g. recipes/multi30k-en-de.yaml")
     parser.add_argument("--out", help="output folder (default runs/<recipe name>); run again to resume")
-    parser.add_argument("--init", help="start from an aiayn model directory or a Hugging Face Marian directory")
+    parser.add_argument(
+        "--init", help="start from an aiayn model directory, a Hugging Face Marian one, or a hub id (opus-mt)"
+    )
     parser.add_argument(
         "overrides",
         nargs=argparse.REMAINDER,
@@ -32,6 +34,10 @@ def run(args: argparse.Namespace) -> int:
         print(args._help(), end="")
         return 0
     recipe = _checked_recipe(args.recipe, overrides, known.out)
+    if known.init is not None:  # a hub id: its folder in the cache (a local folder wins)
+        from ..model_folder import resolve
+
+        known.init = str(resolve(known.init))
     out = Path(known.out) if known.out else Path("runs") / Path(args.recipe).stem
     try:
         train(recipe, out, init=known.init, recipe_file=args.recipe)

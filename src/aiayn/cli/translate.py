@@ -24,7 +24,11 @@ CHUNK = 2048  # lines sorted and batched together; memory stays bounded on files
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--model", required=True, help="an aiayn model directory or a Hugging Face Marian one")
+    parser.add_argument(
+        "--model",
+        required=True,
+        help="an aiayn model directory, a Hugging Face Marian one, or a hub id (Helsinki-NLP/opus-mt-en-de)",
+    )
     parser.add_argument("--input", "-i", type=input_file, help="source text, one sentence a line (default: stdin)")
     parser.add_argument("--output", "-o", type=output_file, help="where to write the translations (default: stdout)")
     add_search_arguments(parser)
@@ -89,9 +93,11 @@ def load_translator(args: argparse.Namespace):
     import torch
 
     from ..cpu.backend import caches_for_translation
+    from ..model_folder import resolve
     from ..translator import Translator, check_device
 
     check_device(args.device, "--device")
+    args.model = str(resolve(args.model))  # a hub id: its folder in the cache, for the checks below too
     refuse_a_parser(args.model, f"aiayn {getattr(args, 'command', None) or 'translate'}")
     caches_for_translation()  # a process that only translates: oneDNN's smaller caches, before its first product
     sampling = [
@@ -176,6 +182,9 @@ def run(args: argparse.Namespace) -> int:
             f"-o {args.output}: the same file as -i {args.input}; the input would be replaced "
             f"by its translation; write to another file"
         )
+    from ..model_folder import resolve
+
+    args.model = str(resolve(args.model))  # a hub id: its folder in the cache (a local folder wins)
     if int(os.environ.get("WORLD_SIZE", 1)) > 1:  # under torchrun: each rank its share of the lines
         from . import translate_ranks
 
