@@ -16,6 +16,7 @@ import uvicorn
 
 from aiayn.serve.app import build_app
 from aiayn.serve.limits import Limits
+from aiayn.serve.models import ServedModel
 from aiayn.translator import Translator
 from test_translate import build_tiny_model_dir
 
@@ -37,12 +38,25 @@ def serving(
     batching: bool = True,
     translator: Any = None,
     langs: tuple[str | None, str | None] = ("en", "de"),
+    more: list[ServedModel] = (),
 ) -> Iterator[str]:
-    """The app for model_dir served on 127.0.0.1 (langs: as --source-lang and --target-lang); yields its base URL."""
+    """The app for model_dir (and the models of more after it) served on 127.0.0.1 (langs: as --source-lang and
+    --target-lang); yields its base URL once every model is loaded."""
     translator = translator or Translator.load(model_dir)
-    app = build_app(
-        translator, model_dir, limits, batching=batching, src_lang=langs[0], tgt_lang=langs[1], local_only=True
-    )
+    first = ServedModel.of(translator, model_dir, source_lang=langs[0], target_lang=langs[1])
+    app = build_app([first, *more], limits, batching=batching, local_only=True)
+    with served(app) as base:
+        deadline = time.monotonic() + 60
+        while request(f"{base}/api/health")[0] != 200:
+            if time.monotonic() > deadline:
+                raise RuntimeError("the test server's models did not load")
+            time.sleep(0.02)
+        yield base
+
+
+@contextlib.contextmanager
+def served(app: Any) -> Iterator[str]:
+    """app under uvicorn in a thread on a free local port; yields its base URL as soon as it listens."""
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="on"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()

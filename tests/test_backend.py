@@ -481,7 +481,12 @@ def test_the_translate_and_serve_commands_size_the_caches_before_the_model_loads
     )
     assert calls == ["caches", "load"]
     calls.clear()
-    monkeypatch.setattr(app, "build_app", lambda *args, **kwargs: (_ for _ in ()).throw(SystemExit(0)))  # stop there
+
+    def load_and_stop(models, *args, **kwargs):  # the server's loading thread, then stop there
+        models[0].load()
+        raise SystemExit(0)
+
+    monkeypatch.setattr(app, "build_app", load_and_stop)
     with pytest.raises(SystemExit):
         main(["serve", "--model", str(model_dir), "--port", "0"])
     assert calls == ["caches", "load"]

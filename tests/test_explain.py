@@ -12,7 +12,7 @@ from aiayn.config import DecodeConfig
 from aiayn.decode.beam import beam_search
 from aiayn.decode.explain import beam_tree
 from aiayn.serve.explain import Inspector
-from aiayn.serve.limits import ExplainRequest
+from aiayn.serve.schemas import ExplainRequest
 from aiayn.translator import Translator
 from test_marian import build_marian
 from test_translate import build_tiny_model_dir, data_dir  # noqa: F401  (a fixture)
@@ -80,7 +80,7 @@ def test_tree_on_a_marian_model_with_its_defaults(tmp_path):
     # What /api/explain shows of a Marian model: its source and target pieces (vocab.json ids).
     line = SENTENCES[1]
     ids = marian.encode([line])[0]
-    e = Inspector(marian).explain(ExplainRequest(line, None, None, 3, None), ids)
+    e = Inspector(marian).explain(ExplainRequest(source=line, beam_size=3), ids)
     assert e["source_tokens"] == marian.tokenizer.source_sp.encode(line, out_type=str) + ["</s>"]
     assert e["target_in_tokens"] == ["<pad>"] + e["target_tokens"][:-1]  # Marian starts from <pad>
     assert "".join(e["target_tokens"]).replace("\u2581", " ").replace("</s>", "").strip() == e["translation"]

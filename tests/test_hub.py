@@ -96,6 +96,7 @@ def test_the_cli_translates_a_hub_id_offline(model_dir, expected, hub, tmp_path)
         ["convert", "owner/absent", "{tmp}/out", "--to", "aiayn"],
         ["paper", "--model", "owner/absent", "--out", "{tmp}/paper"],
         ["info", "--model", "owner/absent"],
+        ["serve", "--model", "en-de=owner/absent", "--port", "0"],
         [
             "train",
             str(TINY),

@@ -274,7 +274,8 @@ def test_requests_set_aside_by_a_batching_window_never_overflow_the_queue_or_sto
 
 
 def test_model_and_figures(url):
-    status, _, m = request(f"{url}/api/model")
+    status, _, reply = request(f"{url}/api/model")
+    m = reply["models"][0]
     assert status == 200 and (m["source_lang"], m["target_lang"]) == ("en", "de")
     assert (
         m["vocab_size"] == 200
@@ -356,14 +357,15 @@ def test_serve_command_rejects_bad_limits(model_dir, capsys):
         assert err.strip() == f"aiayn serve: error: {message}" and "Traceback" not in err
 
 
-def test_serve_says_a_port_in_use_before_loading_the_model(tmp_path, capsys):
+def test_serve_says_a_port_in_use_before_loading_the_model(model_dir, capsys, monkeypatch):
     import socket
 
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        assert main(["serve", "--model", str(tmp_path / "no-model"), "--port", str(port)]) == 2
+        monkeypatch.setattr(Translator, "load", lambda *a, **k: pytest.fail("the model was loaded"))
+        assert main(["serve", "--model", str(model_dir), "--port", str(port)]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"aiayn serve: error: cannot listen on 127.0.0.1:{port}: ") and "in use" in err
     assert "Traceback" not in err and "http://" not in err  # no banner for a server that never started
@@ -380,9 +382,9 @@ def test_serve_forces_the_gemm_backend_and_reports_it(model_dir, monkeypatch):
     assert GEMM_CHOICES == ("auto", *BACKENDS)  # the CLI offers every backend
     served, build_app = {}, app_module.build_app
 
-    def capture(translator, *args, **kwargs):
-        served["translator"] = translator
-        return build_app(translator, *args, **kwargs)
+    def capture(models, *args, **kwargs):
+        served["translator"] = models[0].load()  # what the server would load
+        return build_app(models, *args, **kwargs)
 
     monkeypatch.setattr(uvicorn.Server, "run", lambda self, sockets=None: None)  # no server: what it would serve
     monkeypatch.setattr(app_module, "build_app", capture)
@@ -391,15 +393,15 @@ def test_serve_forces_the_gemm_backend_and_reports_it(model_dir, monkeypatch):
     translator = served["translator"]
     assert translator.gemm == "mkl+packed" and is_packed(translator.model)
     with serving(model_dir, translator=translator) as base:
-        assert request(f"{base}/api/model")[2]["gemm"] == "mkl+packed"
+        assert request(f"{base}/api/model")[2]["models"][0]["gemm"] == "mkl+packed"
 
 
 def test_an_int8_model_is_served_with_its_parameter_count_and_the_languages_it_records(model_dir, url):
     int8 = Translator.load(model_dir, int8=True)
     int8.model.config = int8.model.config.replace(src_lang="fr", tgt_lang="en")  # as training records them
     with serving(model_dir, translator=int8, langs=(None, None)) as base:
-        m = request(f"{base}/api/model")[2]
-        assert m["parameters"] == request(f"{url}/api/model")[2]["parameters"]
+        m = request(f"{base}/api/model")[2]["models"][0]
+        assert m["parameters"] == request(f"{url}/api/model")[2]["models"][0]["parameters"]
         assert (m["source_lang"], m["target_lang"]) == ("fr", "en")
         status, _, e = request(f"{base}/api/explain", {"source": LINES[0], "beam_size": 2})
         assert status == 200 and len(e["attention"]["cross"]) == 2

@@ -89,7 +89,7 @@ def test_page_loads_without_console_errors_and_translates(page, url):
 
 
 def test_attention_grid_has_layers_times_heads_cells_and_a_hover_lights_links(page, url):
-    model = request(f"{url}/api/model")[2]
+    model = request(f"{url}/api/model")[2]["models"][0]
     page.select_option(by_id("attention-kind"), "encoder")
     page.select_option(by_id("attention-view"), "grid")
     cells = page.locator(f"{by_id('attention')} {by_id('attention-cell')}")
@@ -209,3 +209,39 @@ def test_it_heads_and_screenshot(page):
     page.screenshot(path=str(ARTIFACTS / "serve.png"), full_page=True)
     assert (ARTIFACTS / "serve.png").stat().st_size > 10_000
     assert page.console_errors == []
+
+
+def test_the_model_picker_switches_the_translation(page, tmp_path_factory, data_dir):
+    """Two models served: the page lists both, and picking the second translates with it (as the API does), its
+    positional-encoding figure at its own d_model."""
+    from aiayn.serve.models import ServedModel
+    from aiayn.translator import Translator
+    from test_marian import build_marian
+
+    marian_dir = build_marian(tmp_path_factory.mktemp("picker") / "opus-mt-en-fr")
+    second = ServedModel.of(Translator.load(marian_dir), marian_dir, name="en-fr", source_lang="en", target_lang="fr")
+    line = "A girl is jumping over a fence."
+    with serving(make_run(tmp_path_factory.mktemp("picker-run"), data_dir), more=[second]) as base:
+        page = page.context.browser.new_page(viewport={"width": 1200, "height": 900})  # the module's browser
+        errors = []
+        page.on("pageerror", lambda err: errors.append(str(err)))
+        page.goto(base + "/")
+        page.wait_for_selector("body[data-ready=true]", timeout=30_000)
+        options = page.locator(f"{by_id('model-select')} option")
+        assert options.all_inner_texts() == ["model (en → de)", "en-fr (en → fr)"]
+        translations = {}
+        for name in ("model", "en-fr"):
+            page.select_option(by_id("model-select"), name)
+            page.wait_for_function(
+                f"document.getElementById('pe-heatmap').dataset.dModel === '{32 if name == 'en-fr' else 64}'"
+            )
+            page.fill(by_id("source"), line)
+            page.click(by_id("translate"))
+            page.wait_for_selector(f"{by_id('beam-tree')} svg")
+            expected = request(f"{base}/api/translate", {"lines": [line], "beam_size": 4, "model": name})[2]
+            translations[name] = page.inner_text(by_id("translation"))
+            assert translations[name] == expected["translations"][0]
+            assert name in page.inner_text(by_id("model-info"))
+        assert translations["model"] != translations["en-fr"]
+        assert errors == []
+        page.close()

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import resource
+import signal
 import sys
 import time
 
@@ -104,11 +105,24 @@ def guarded_protocol(limits: Limits) -> type[H11Protocol]:
 
 class QuietServer(uvicorn.Server):
     """uvicorn's server with asyncio's "out of system resource" accept errors logged one line a second at most,
-    not a traceback each (a client holding every descriptor would otherwise flood the log)."""
+    not a traceback each (a client holding every descriptor would otherwise flood the log), and a drain on
+    SIGTERM: the app's queued requests are answered 503 before uvicorn waits for those in flight, and the
+    process then exits 0 (a stop asked for), where uvicorn would raise the signal again."""
 
     async def startup(self, sockets=None) -> None:
         asyncio.get_running_loop().set_exception_handler(rate_limited(asyncio.get_running_loop()))
         await super().startup(sockets=sockets)
+
+    async def shutdown(self, sockets=None) -> None:
+        drain = getattr(self.config.app, "drain", None)
+        if drain is not None:
+            drain()
+        await super().shutdown(sockets=sockets)
+
+    def handle_exit(self, sig: int, frame) -> None:
+        super().handle_exit(sig, frame)
+        if sig == signal.SIGTERM:
+            self._captured_signals = [s for s in self._captured_signals if s != signal.SIGTERM]
 
 
 def rate_limited(loop: asyncio.AbstractEventLoop):

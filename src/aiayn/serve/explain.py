@@ -13,7 +13,8 @@ from torch import Tensor
 
 from ..decode.explain import beam_tree, teacher_forced_attention
 from ..translator import Translator
-from .limits import ApiError, ExplainRequest
+from .limits import ApiError
+from .schemas import ExplainRequest
 
 
 class Inspector:

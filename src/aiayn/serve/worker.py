@@ -3,12 +3,14 @@
 The worker takes the first waiting request, waits a short batching window for others to join,
 and runs the translation requests that share their search settings as one call of
 `Translator.translate_n_best` (which sorts the lines into batches of similar length). Every model
-call runs on the worker's one thread, so the model never runs twice at once. With batching off, each
+call runs on the model thread (one thread, shared by the workers of every model a server holds), so no
+two batches ever compute at once. With batching off, each
 request is run alone, in arrival order. A full queue refuses the request (the app answers 503): the
 bound counts the requests that arrived and those the batching window set aside for a later batch
 (other settings), which wait at the front, in order. Nothing the worker does can end it: a batch that
 fails fails its requests, and anything else that goes wrong fails the requests in hand, is logged, and
-the worker goes on.
+the worker goes on. `drain` (SIGTERM) answers every request that has not started with 503 and lets the batch
+in flight finish.
 """
 
 from __future__ import annotations
@@ -44,22 +46,24 @@ class ModelWorker:
         window_s: float = 0.005,
         max_queue: int = 256,
         max_batch_lines: int = 256,
+        executor: ThreadPoolExecutor | None = None,
+        name: str = "model",
+        metrics: Any = None,
+        turn: asyncio.Lock | None = None,
     ):
-        self.translator = translator
+        self.translator, self.name, self.metrics = translator, name, metrics
         self.batching, self.window_s = batching, window_s
         self.max_queue, self.max_batch_lines = max_queue, max_batch_lines
-        self.counters = {
-            "requests": 0,
-            "model_batches": 0,
-            "sentences": 0,
-            "refused_overloaded": 0,
-            "refused_bad_input": 0,
-            "failed": 0,
-        }
+        self.counters = {"model_batches": 0, "sentences": 0, "refused_overloaded": 0, "failed": 0}
         self.queue: asyncio.Queue[Job] | None = None  # arrivals, unbounded: `waiting` is checked against max_queue
         self.held: deque[Job] = deque()  # taken out of turn by a batching window: served before the queue
-        self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="aiayn-model")
+        self.own_executor = executor is None
+        self.executor = executor or ThreadPoolExecutor(max_workers=1, thread_name_prefix="aiayn-model")
         self.task: asyncio.Task | None = None
+        self.stopping = False
+        # Held from the batching window to the batch's end; shared by the workers of one server, so that a
+        # worker gathers its batch once the model thread is its own, with all that arrived while another ran.
+        self.turn = turn or asyncio.Lock()
 
     async def start(self) -> None:
         self.queue = asyncio.Queue()
@@ -68,7 +72,19 @@ class ModelWorker:
     async def stop(self) -> None:
         if self.task is not None:
             self.task.cancel()
-        self.executor.shutdown(wait=True)
+        if self.own_executor:
+            self.executor.shutdown(wait=True)
+
+    def drain(self) -> None:
+        """Take no more requests, and answer those waiting with 503 and Retry-After; the batch in flight finishes."""
+        self.stopping = True
+        waiting = list(self.held)
+        self.held.clear()
+        while self.queue is not None and not self.queue.empty():
+            waiting.append(self.queue.get_nowait())
+        for job in waiting:
+            if not job.future.done():
+                job.future.set_exception(stopping())
 
     async def translate(self, lines: list[str], beam_size: int | None, alpha: float | None, n_best: int) -> list:
         """The n_best Translations of each line (Translator.translate_n_best), once the worker gets to them."""
@@ -81,10 +97,12 @@ class ModelWorker:
     @property
     def waiting(self) -> int:
         """Requests waiting for the model: arrived, or set aside by a batching window."""
-        return self.queue.qsize() + len(self.held)
+        return (self.queue.qsize() if self.queue is not None else 0) + len(self.held)
 
     async def _submit(self, job: Job) -> Any:
         job.future = asyncio.get_running_loop().create_future()
+        if self.stopping:
+            raise stopping()
         if self.waiting >= self.max_queue:
             self.counters["refused_overloaded"] += 1
             raise ApiError(
@@ -100,9 +118,10 @@ class ModelWorker:
         while True:
             jobs = [self.held.popleft() if self.held else await self.queue.get()]
             try:
-                if self.batching and jobs[0].call is None:
-                    jobs += await self._gather(jobs[0])
-                await self._serve(jobs)
+                async with self.turn:
+                    if self.batching and jobs[0].call is None:
+                        jobs += await self._gather(jobs[0])
+                    await self._serve(jobs)
             except Exception as err:  # a fault of the worker's own: fail the requests in hand, keep serving
                 traceback.print_exception(err, file=sys.stderr)
                 self._fail(jobs, err)
@@ -127,6 +146,8 @@ class ModelWorker:
         """Answer each job still waiting with err (counted as failed unless it is the request's own fault)."""
         if not isinstance(err, ApiError):
             self.counters["failed"] += len(jobs)
+            if self.metrics is not None:
+                self.metrics.failed.labels(self.name).inc(len(jobs))
         for job in jobs:
             if not job.future.done():
                 job.future.set_exception(err)
@@ -163,8 +184,14 @@ class ModelWorker:
         lines = [line for job in jobs for line in job.lines]
         out = self.translator.translate_n_best(lines, beam_size=beam_size, alpha=alpha, n_best=n_best)
         self.counters["sentences"] += len(lines)
+        if self.metrics is not None:
+            self.metrics.batch(self.name, len(lines), sum(h[0].tokens for h in out if h))
         results, start = [], 0
         for job in jobs:
             results.append(out[start : start + len(job.lines)])
             start += len(job.lines)
         return results
+
+
+def stopping() -> ApiError:
+    return ApiError(503, None, "the server is stopping; try again shortly", {"Retry-After": "5"})

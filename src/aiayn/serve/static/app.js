@@ -11,9 +11,38 @@ function setStatus(text, error = false) {
   status.classList.toggle("error", error);
 }
 
-async function loadModel() {
-  const m = await api("/api/model");
+// The served models, once the server has loaded them (it answers 503 while they load).
+async function loadModels() {
+  for (;;) {
+    const reply = await fetch("/api/model");
+    if (reply.ok) return (await reply.json()).models;
+    const health = await (await fetch("/api/health")).json();
+    if (reply.status !== 503 || health.status === "failed") {
+      const failed = Object.values(health.models || {}).find((s) => s.startsWith("failed"));
+      throw new Error(failed || `the server answered ${reply.status}`);
+    }
+    setStatus("the server is loading its models…");
+    await new Promise((done) => setTimeout(done, 1000));
+  }
+}
+
+function fillModelPicker(models) {
+  const select = $("model-select");
+  for (const m of models) {
+    const langs = m.source_lang && m.target_lang ? ` (${m.source_lang} → ${m.target_lang})` : "";
+    el("option", {value: m.name}, select, m.name + langs);
+  }
+  select.disabled = models.length < 2;
+  select.addEventListener("change", async () => {
+    clearResults();
+    showModel(models.find((m) => m.name === select.value));
+    await modelFigures(state.model);
+  });
+}
+
+function showModel(m) {
   state.model = m;
+  setStatus("");
   const langs = m.source_lang && m.target_lang ? `${m.source_lang} → ${m.target_lang}` : "languages not recorded";
   $("model-info").textContent = `${m.name}: ${langs}; ${m.encoder.layers} + ${m.decoder.layers} layers, ` +
     `d_model ${m.config.d_model}, ${m.encoder.heads} heads, ${m.parameters.toLocaleString("en")} parameters, ` +
@@ -43,10 +72,13 @@ function clearResults() {
 async function translate() {
   const lines = $("source").value.split("\n");
   const beam = Number($("beam-size").value), nBest = Number($("n-best").value);
+  const model = state.model;  // a reply that comes back after the picker moved on is dropped
   clearResults();
   setStatus("translating…");
   try {
-    const reply = await api("/api/translate", {lines, beam_size: beam, n_best: nBest, alpha: Number($("alpha").value)});
+    const reply = await api("/api/translate",
+      {lines, beam_size: beam, n_best: nBest, alpha: Number($("alpha").value), model: model.name});
+    if (state.model !== model) return;
     $("translation").textContent = reply.translations.join("\n");
     const list = $("n-best-list");
     list.replaceChildren();
@@ -57,7 +89,7 @@ async function translate() {
     state.forced = null;
     await explain();
   } catch (err) {
-    setStatus(err.message, true);
+    if (state.model === model) setStatus(err.message, true);
   }
 }
 
@@ -68,14 +100,19 @@ function firstLine(lines) {
 
 async function explain() {
   if (!state.source.trim()) return;
-  const body = {source: state.source, beam_size: Number($("beam-size").value), alpha: Number($("alpha").value)};
+  const model = state.model;
+  const body = {source: state.source, beam_size: Number($("beam-size").value), alpha: Number($("alpha").value),
+    model: model.name};
   if (state.forced) body.target_ids = state.forced;
+  let explained;
   try {
-    state.explained = await api("/api/explain", body);
+    explained = await api("/api/explain", body);
   } catch (err) {
-    setStatus(err.message, true);
+    if (state.model === model) setStatus(err.message, true);
     return;
   }
+  if (state.model !== model) return;
+  state.explained = explained;
   fillLayerHeadSelects();
   drawAttention();
   drawTree();
@@ -243,7 +280,15 @@ window.addEventListener("DOMContentLoaded", async () => {
   $("reset-forced").addEventListener("click", () => force(null));
   $("attention-kind").addEventListener("change", () => { fillLayerHeadSelects(); drawAttention(); });
   for (const id of ["attention-view", "attention-layer", "attention-head"]) $(id).addEventListener("change", drawAttention);
-  const model = await loadModel();
-  await startFigures(model);
+  let models;
+  try {
+    models = await loadModels();
+  } catch (err) {  // a model that could not load: the page says which, and why
+    $("model-info").textContent = "";
+    setStatus(err.message, true);
+    return;
+  }
+  fillModelPicker(models);
+  await startFigures(showModel(models[0]));
   document.body.dataset.ready = "true";
 });

@@ -8,7 +8,12 @@ async function startFigures(model) {
   for (const id of ["softmax-dk", "softmax-scale", "softmax-toggle"]) {
     document.getElementById(id).addEventListener("input", drawSoftmax);
   }
-  await Promise.all([drawSoftmax(), drawPositions(model), drawCost(), startHeads(model)]);
+  await Promise.all([drawSoftmax(), modelFigures(model)]);
+}
+
+// The figures of one served model: drawn again when the page switches models.
+async function modelFigures(model) {
+  await Promise.all([drawPositions(model), drawCost(model), startHeads(model)]);
 }
 
 // --- softmax scaling (§3.2.1) --------------------------------------------------------------------
@@ -47,7 +52,11 @@ async function drawSoftmax() {
 // --- multi-head view of "it" (§3.2.2) ------------------------------------------------------------
 
 async function startHeads(model) {
-  const note = document.getElementById("heads-note"), select = document.getElementById("heads-layer");
+  const note = document.getElementById("heads-note"), old = document.getElementById("heads-layer");
+  const select = old.cloneNode(false);  // no options, no listeners of the model shown before
+  old.replaceWith(select);
+  note.textContent = note.dataset.text || (note.dataset.text = note.textContent);
+  document.getElementById("heads").replaceChildren();
   if (!(model.source_lang || "").toLowerCase().startsWith("en")) {
     note.textContent += model.source_lang ? ` This model's source is ${model.source_lang}, not English: no view.` :
       " The model directory does not record its source language (start the server with --source-lang en).";
@@ -56,7 +65,8 @@ async function startHeads(model) {
   const layers = model.encoder.layers;
   for (let i = 0; i < layers; i++) el("option", {value: i}, select, String(i + 1));
   select.value = Math.max(0, layers - 2);
-  const e = await api("/api/explain", {source: IT_SENTENCE, beam_size: 1});
+  const e = await api("/api/explain", {source: IT_SENTENCE, beam_size: 1, model: model.name});
+  if (state.model !== model) return;  // the picker moved on meanwhile
   const draw = () => drawHeads(e, Number(select.value));
   select.addEventListener("change", draw);
   draw();
@@ -84,8 +94,11 @@ function drawHeads(e, layer) {
 // --- positional encoding (§3.5) ------------------------------------------------------------------
 
 async function drawPositions(model) {
-  const f = await api(`/api/figures/positions?length=${Math.min(50, model.config.max_len)}`);
-  const canvas = document.getElementById("pe-heatmap"), readout = document.getElementById("pe-readout");
+  const f = await api(`/api/figures/positions?length=${Math.min(50, model.config.max_len)}&model=${encodeURIComponent(model.name)}`);
+  if (state.model !== model) return;
+  const old = document.getElementById("pe-heatmap"), canvas = old.cloneNode(false);  // no listener of another model
+  old.replaceWith(canvas);
+  const readout = document.getElementById("pe-readout");
   const cw = Math.max(1, Math.floor(640 / f.d_model)), ch = 6;
   canvas.width = f.d_model * cw;
   canvas.height = f.length * ch;
@@ -113,8 +126,11 @@ async function drawPositions(model) {
 
 // --- BLEU against training FLOPs (Table 2) -------------------------------------------------------
 
-async function drawCost() {
-  const f = await api("/api/figures/cost"), box = document.getElementById("bleu-flops");
+async function drawCost(model) {
+  const f = await api(`/api/figures/cost?model=${encodeURIComponent(model.name)}`);
+  if (state.model !== model) return;
+  const box = document.getElementById("bleu-flops");
+  box.replaceChildren();
   const points = [];
   for (const r of f.table2) {
     if (r.flops_en_de !== null && r.bleu_en_de !== null) points.push({name: r.model, series: "en-de", flops: r.flops_en_de, bleu: r.bleu_en_de});
