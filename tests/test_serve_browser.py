@@ -232,9 +232,7 @@ def test_the_model_picker_switches_the_translation(page, tmp_path_factory, data_
         translations = {}
         for name in ("model", "en-fr"):
             page.select_option(by_id("model-select"), name)
-            page.wait_for_function(
-                f"document.getElementById('pe-heatmap').dataset.dModel === '{32 if name == 'en-fr' else 64}'"
-            )
+            page.wait_for_selector(f"{by_id('pe-heatmap')}[data-d-model='{32 if name == 'en-fr' else 64}']")
             page.fill(by_id("source"), line)
             page.click(by_id("translate"))
             page.wait_for_selector(f"{by_id('beam-tree')} svg")

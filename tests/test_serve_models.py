@@ -4,6 +4,7 @@ schema, Prometheus metrics, readiness while the models load, and SIGTERM with re
 from __future__ import annotations
 
 import json
+import math
 import re
 import signal
 import socket
@@ -17,6 +18,7 @@ import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+import torch
 from prometheus_client.parser import text_string_to_metric_families
 
 from aiayn.serve.app import build_app
@@ -24,6 +26,7 @@ from aiayn.serve.limits import Limits
 from aiayn.serve.models import ServedModel
 from aiayn.serve.schemas import ExplainRequest, LibreTranslateRequest, TranslateRequest
 from aiayn.translator import Translator
+from aiayn.weights import load_model
 from serve_helpers import make_run, request, served, serving
 from test_marian import build_marian
 from test_translate import data_dir  # noqa: F401  (a fixture)
@@ -336,3 +339,59 @@ def test_the_serve_command_checks_its_models_before_it_serves(model_dir, marian_
     assert main(["serve", *argv, "--port", "0"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("aiayn serve: error: ") and message in err, err
+
+
+def reference_next(model_dir, source_ids: list[int], prefix: list[int], temperature: float) -> torch.Tensor:
+    """softmax(logits / temperature) of the paper's model (model/, float32, teacher-forced) after prefix, with the
+    tokens never written (padding, the start token) masked to -inf first: (V,)."""
+    model = load_model(model_dir).eval()
+    config = model.config
+    with torch.no_grad():
+        logits = model(torch.tensor([source_ids]), torch.tensor([[config.bos_id, *prefix]]))[0, -1]  # (V,)
+    logits[[config.pad_id, config.bos_id]] = -math.inf
+    return (logits / temperature).softmax(-1)
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.5])
+def test_next_is_the_masked_softmax_of_the_models_logits(url, model_dir, translators, temperature):
+    tiny = translators[0]
+    source, prefix = LINES[0], "Ein Mann"
+    status, _, reply = request(
+        f"{url}/api/next", {"source": source, "prefix": prefix, "temperature": temperature, "top_k": 7}
+    )
+    assert status == 200 and reply["model"] == "model", reply
+    prefix_ids = tiny.tokenizer.encode_target([prefix])[0][:-1]
+    expected = reference_next(model_dir, tiny.encode([source])[0], prefix_ids, temperature)
+    top = expected.topk(7)
+    assert reply["ids"] == top.indices.tolist() and reply["tokens"] == tiny.tokenizer.pieces(top.indices.tolist())
+    assert reply["probs"] == pytest.approx(top.values.tolist(), abs=1e-5)
+
+
+def test_sampling_is_reproducible_and_top_1_is_greedy(url, translators):
+    body = {"source": LINES[1], "temperature": 1.5, "seed": 7, "model": "en-fr"}
+    first, again = (request(f"{url}/api/sample", body)[2] for _ in range(2))
+    assert first == again and first["text"] == translators[1].tokenizer.decode(first["ids"])
+    assert all(0 < p <= 1 for p in first["probs"]) and len(first["tokens"]) == len(first["ids"])
+    others = {request(f"{url}/api/sample", {**body, "seed": seed})[2]["text"] for seed in range(8)}
+    assert len(others) > 1  # another seed, another draw
+    greedy = request(f"{url}/api/sample", {**body, "top_k": 1})[2]
+    assert greedy["text"] == translators[1].translate(LINES[1:2], beam_size=1)[0]
+    assert greedy["probs"] == [1.0] * len(greedy["ids"])
+    short = request(f"{url}/api/sample", {**body, "max_len": 2})[2]
+    assert len(short["ids"]) <= 2
+
+
+@pytest.mark.parametrize(
+    "endpoint, body, field",
+    [
+        ("next", {"source": "A dog.", "temperature": 0}, "temperature"),
+        ("next", {"source": "A dog.", "top_k": 0}, "top_k"),
+        ("next", {"source": "A dog.", "prefix": "x " * 150}, "prefix"),  # longer than this source allows
+        ("sample", {"source": "A dog."}, "seed"),
+        ("sample", {"source": "A dog.", "seed": -1}, "seed"),
+        ("sample", {"source": "A dog.", "seed": 1, "temperature": "hot"}, "temperature"),
+    ],
+)
+def test_bad_next_and_sample_requests_name_their_field(url, endpoint, body, field):
+    status, _, reply = request(f"{url}/api/{endpoint}", body)
+    assert (status, reply["field"]) == (422, field), reply

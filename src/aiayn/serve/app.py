@@ -28,7 +28,18 @@ from .http import Guard, JSONResponse, api_error, http_error, internal_error, re
 from .limits import ApiError, Limits
 from .metrics import Metrics
 from .models import Models, ServedModel
-from .schemas import ExplainRequest, LibreTranslateRequest, Scored, TranslateAnswer, TranslateRequest, checked
+from .schemas import (
+    ExplainRequest,
+    LibreTranslateRequest,
+    NextAnswer,
+    NextRequest,
+    SampleAnswer,
+    SampleRequest,
+    Scored,
+    TranslateAnswer,
+    TranslateRequest,
+    checked,
+)
 
 STATIC = Path(__file__).parent / "static"
 
@@ -54,6 +65,8 @@ def build_app(
         Route("/api/model", api.model_info),
         Route("/api/translate", api.translate, methods=["POST"]),
         Route("/api/explain", api.explain, methods=["POST"]),
+        Route("/api/next", api.next_tokens, methods=["POST"]),
+        Route("/api/sample", api.sample, methods=["POST"]),
         Route("/api/figures/softmax", api.softmax_figure),
         Route("/api/figures/positions", api.positions_figure),
         Route("/api/figures/cost", api.cost_figure),
@@ -89,7 +102,7 @@ class Api:
         self.models, self.limits = models, limits
         self.metrics = Metrics(
             {"/", "/favicon.ico", "/api/health", "/api/model", "/api/translate", "/api/explain", "/api/figures/softmax",
-             "/api/figures/positions", "/api/figures/cost", "/translate", "/languages", "/metrics", "/openapi.json"}
+             "/api/figures/positions", "/api/figures/cost", "/api/next", "/api/sample", "/translate", "/languages", "/metrics", "/openapi.json"}
         )  # fmt: skip
         models.metrics = self.metrics
         self.counters: dict[str, int] = {}
@@ -152,6 +165,25 @@ class Api:
         src_ids = encode_or_fail(model.translator, [req.source], "source")[0]
         explained = await model.worker.run_alone(lambda: model.inspector.explain(req, src_ids))
         return JSONResponse({"model": model.name, **explained})
+
+    async def next_tokens(self, request: Request) -> Response:
+        """The most likely next pieces after a target prefix, under softmax(logits / temperature)."""
+        model, req, src_ids = await self.model_request(request, NextRequest)
+        found = await model.worker.run_alone(lambda: model.inspector.next_tokens(req, src_ids))
+        return JSONResponse(NextAnswer(model=model.name, **found).dump())
+
+    async def sample(self, request: Request) -> Response:
+        """A continuation of a target prefix sampled with a seed: the same for the same seed."""
+        model, req, src_ids = await self.model_request(request, SampleRequest)
+        found = await model.worker.run_alone(lambda: model.inspector.sample(req, src_ids))
+        return JSONResponse(SampleAnswer(model=model.name, **found).dump())
+
+    async def model_request(self, request: Request, schema: type) -> tuple[ServedModel, Any, list[int]]:
+        """The model a body names, the body checked, and its source's ids."""
+        body = await read_json(request, self.limits.max_body_bytes, self.limits.body_timeout_s)
+        model = self.pick(body)
+        req = checked(schema, body, self.limits)
+        return model, req, encode_or_fail(model.translator, [req.source], "source")[0]
 
     def pick(self, body: Any) -> ServedModel:
         """The model a JSON body names (the fields are checked again, with the rest, by the request's model)."""

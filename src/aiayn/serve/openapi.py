@@ -15,6 +15,10 @@ from .schemas import (
     Language,
     LibreTranslateAnswer,
     LibreTranslateRequest,
+    NextAnswer,
+    NextRequest,
+    SampleAnswer,
+    SampleRequest,
     TranslateAnswer,
     TranslateRequest,
 )
@@ -54,8 +58,9 @@ def _get(summary: str, answer: dict[str, Any] | None = None) -> dict[str, Any]:
 
 @cache
 def schema() -> dict[str, Any]:
-    models = [(m, "validation") for m in (TranslateRequest, ExplainRequest, LibreTranslateRequest)]
-    models += [(m, "serialization") for m in (TranslateAnswer, LibreTranslateAnswer, Language, ErrorAnswer)]
+    requests = (TranslateRequest, ExplainRequest, NextRequest, SampleRequest, LibreTranslateRequest)
+    answers = (TranslateAnswer, NextAnswer, SampleAnswer, LibreTranslateAnswer, Language, ErrorAnswer)
+    models = [(m, "validation") for m in requests] + [(m, "serialization") for m in answers]
     _, defs = models_json_schema(models, ref_template="#/components/schemas/{model}")
     return {
         "openapi": "3.1.0",
@@ -63,6 +68,8 @@ def schema() -> dict[str, Any]:
         "paths": {
             "/api/translate": _post("Translate lines", "TranslateRequest", "TranslateAnswer"),
             "/api/explain": _post("Attention and beam tree of one sentence", "ExplainRequest", None),
+            "/api/next": _post("The next token's distribution after a target prefix", "NextRequest", "NextAnswer"),
+            "/api/sample": _post("A continuation sampled with a seed", "SampleRequest", "SampleAnswer"),
             "/translate": _post(
                 "Translate (LibreTranslate)", "LibreTranslateRequest", "LibreTranslateAnswer", form=True
             ),

@@ -118,6 +118,29 @@ class ExplainRequest(Choice):
         return self
 
 
+Temperature = Annotated[float, Field(gt=0, le=100, allow_inf_nan=False)]
+
+
+class NextRequest(Choice):
+    """POST /api/next: the most likely next target pieces after a prefix, under softmax(logits / temperature)."""
+
+    source: Text
+    prefix: Text = Field("", description="the target text so far, tokenised as the model's tokenizer does")
+    temperature: Temperature = 1.0
+    top_k: int = Field(10, ge=1, le=1000, description="how many pieces to return, most likely first")
+
+
+class SampleRequest(Choice):
+    """POST /api/sample: a continuation of the prefix sampled token by token, the same for the same seed."""
+
+    source: Text
+    prefix: Text = ""
+    temperature: Temperature = 1.0
+    top_k: int | None = Field(None, ge=1, description="sample only among the k most likely (left out: all)")
+    seed: int = Field(ge=0, le=2**63 - 1)
+    max_len: int | None = Field(None, ge=1, le=1024, description="at most this many tokens after the prefix")
+
+
 class LibreTranslateRequest(Body):
     """POST /translate as LibreTranslate takes it: q a string or a list, source (or "auto") and target codes. Other
     fields are ignored, as LibreTranslate ignores them (its clients send some, such as `secret`)."""
@@ -164,6 +187,21 @@ class TranslateAnswer(Answer):
     translations: list[str]
     scores: list[float]
     n_best: list[list[Scored]] | None = Field(None, description="with n_best > 1: each line's translations, best first")
+
+
+class NextAnswer(Answer):
+    """POST /api/next's answer: pieces (the tokenizer's own strings), their ids and probabilities, most likely first."""
+
+    model: str
+    tokens: list[str]
+    ids: list[int]
+    probs: list[float]
+
+
+class SampleAnswer(NextAnswer):
+    """POST /api/sample's answer: the continuation's text, and its pieces with the probability each was drawn at."""
+
+    text: str
 
 
 class ErrorAnswer(Answer):
