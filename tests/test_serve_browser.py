@@ -243,3 +243,31 @@ def test_the_model_picker_switches_the_translation(page, tmp_path_factory, data_
         assert translations["model"] != translations["en-fr"]
         assert errors == []
         page.close()
+
+
+def test_sampling_redraws_the_next_token_distribution_and_samples_as_the_api_does(page, url):
+    line = "A dog runs through the snow."
+    page.fill(by_id("source"), line)
+    page.click(by_id("translate"))
+    page.wait_for_selector(f"{by_id('next-tokens')} {by_id('next-token')}")
+    assert page.locator(by_id("sampling")).is_visible()
+    page.locator(by_id("sample-temperature")).fill("0.5")  # a range input: its value, and an input event
+    page.locator(by_id("sample-top-k")).fill("5")
+    page.locator(by_id("sample-position")).nth(2).click()  # after the translation's first two pieces
+    box = page.locator(by_id("next-tokens"))
+    page.wait_for_selector(f"{by_id('next-tokens')}[data-temperature='0.5']")
+    page.wait_for_function("() => document.querySelectorAll('[data-testid=next-token]').length === 5")
+    prefix = box.get_attribute("data-prefix")
+    assert prefix and page.locator(by_id("sample-position")).nth(2).get_attribute("aria-pressed") == "true"
+    expected = request(f"{url}/api/next", {"source": line, "prefix": prefix, "temperature": 0.5, "top_k": 5})[2]
+    assert json.loads(box.get_attribute("data-probs")) == pytest.approx(expected["probs"], abs=1e-9)
+    shown = [float(t.rstrip("%")) / 100 for t in page.locator(f"{by_id('next-token')} .bar-value").all_inner_texts()]
+    assert shown == pytest.approx(expected["probs"], abs=5e-5)
+    page.locator(by_id("sample-seed")).fill("3")
+    page.click(by_id("sample-draw"))
+    page.wait_for_selector(f"{by_id('sample-text')}[data-text]")
+    sampled = request(
+        f"{url}/api/sample", {"source": line, "prefix": prefix, "temperature": 0.5, "top_k": 5, "seed": 3}
+    )[2]
+    assert page.locator(by_id("sample-text")).get_attribute("data-text") == sampled["text"]
+    assert page.console_errors == []

@@ -58,6 +58,10 @@ function clearResults() {
   state.explained = null;
   state.source = "";
   state.forced = null;
+  sampling.source = "";
+  sampling.asked++;  // a distribution still on its way is dropped
+  for (const id of ["next-tokens", "sample-prefix"]) $(id).replaceChildren();
+  $("sample-text").textContent = "";
   $("translation").textContent = "";
   $("n-best-list").replaceChildren();
   $("forced").replaceChildren();
@@ -113,6 +117,7 @@ async function explain() {
   }
   if (state.model !== model) return;
   state.explained = explained;
+  if (!state.forced) showSampling(state.source, explained.target_tokens);
   fillLayerHeadSelects();
   drawAttention();
   drawTree();
@@ -277,6 +282,7 @@ function drawForced() {
 
 window.addEventListener("DOMContentLoaded", async () => {
   $("translate").addEventListener("click", translate);
+  startSampling();
   $("reset-forced").addEventListener("click", () => force(null));
   $("attention-kind").addEventListener("change", () => { fillLayerHeadSelects(); drawAttention(); });
   for (const id of ["attention-view", "attention-layer", "attention-head"]) $(id).addEventListener("change", drawAttention);
