@@ -255,7 +255,7 @@ def test_sampling_redraws_the_next_token_distribution_and_samples_as_the_api_doe
     page.locator(by_id("sample-top-k")).fill("5")
     page.locator(by_id("sample-position")).nth(2).click()  # after the translation's first two pieces
     box = page.locator(by_id("next-tokens"))
-    page.wait_for_selector(f"{by_id('next-tokens')}[data-temperature='0.5']")
+    page.wait_for_selector(f"{by_id('next-tokens')}[data-temperature='0.5']:not([data-prefix=''])")
     page.wait_for_function("() => document.querySelectorAll('[data-testid=next-token]').length === 5")
     prefix = box.get_attribute("data-prefix")
     assert prefix and page.locator(by_id("sample-position")).nth(2).get_attribute("aria-pressed") == "true"
@@ -270,4 +270,29 @@ def test_sampling_redraws_the_next_token_distribution_and_samples_as_the_api_doe
         f"{url}/api/sample", {"source": line, "prefix": prefix, "temperature": 0.5, "top_k": 5, "seed": 3}
     )[2]
     assert page.locator(by_id("sample-text")).get_attribute("data-text") == sampled["text"]
+    assert page.console_errors == []
+
+
+def test_step_through_follows_a_token_and_shows_the_apis_numbers(page, url):
+    line = "A man is riding a bike."
+    page.fill(by_id("source"), line)
+    page.click(by_id("translate"))
+    page.wait_for_selector(f"{by_id('step-stages')} {by_id('step-stage')}")
+    assert page.locator(by_id("step-through")).is_visible()
+    page.locator(by_id("step-position")).nth(2).click()
+    page.wait_for_selector(f"{by_id('step-stages')}[data-position='2']")
+    page.select_option(by_id("step-layer"), label="2")  # the second layer (a value "1" would match the label "1")
+    page.wait_for_selector(f"{by_id('step-stages')}[data-layer='1']")
+    expected = request(f"{url}/api/step", {"source": line, "position": 2, "layer": 1})[2]
+    stages = page.locator(f"{by_id('step-stages')} [data-stage]")
+    names = [stages.nth(i).get_attribute("data-stage") for i in range(stages.count())]
+    assert names[:3] == ["embedding", "positional_encoding", "input"] and "self_attention" in names
+    for name in ("embedding", "input", "ffn", "output"):
+        shown = page.locator(f"[data-stage={name}] canvas").first.get_attribute("data-values")
+        assert json.loads(shown) == pytest.approx(expected[name], abs=1e-6), name
+    heads = page.locator(f"[data-stage=self_attention] {by_id('step-head')}")
+    assert heads.count() == expected["heads"]
+    page.select_option(by_id("step-side"), "target")  # the decoder: cross-attention and the next token's logits
+    page.wait_for_selector(f"{by_id('step-stages')}[data-side='target'] {by_id('step-logits')}")
+    assert page.locator("[data-stage=cross_attention]").count() == 1
     assert page.console_errors == []

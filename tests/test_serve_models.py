@@ -395,3 +395,29 @@ def test_sampling_is_reproducible_and_top_1_is_greedy(url, translators):
 def test_bad_next_and_sample_requests_name_their_field(url, endpoint, body, field):
     status, _, reply = request(f"{url}/api/{endpoint}", body)
     assert (status, reply["field"]) == (422, field), reply
+
+
+def test_step_through_is_the_papers_model_traced_and_ends_where_next_does(url, model_dir, translators):
+    from aiayn.model.trace import trace
+
+    tiny = translators[0]
+    source, target = LINES[0], "Ein Mann fährt"
+    status, _, reply = request(f"{url}/api/step", {"source": source, "position": 3, "layer": 1})
+    assert status == 200 and reply["model"] == "model" and reply["side"] == "source", reply
+    src_ids = tiny.encode([source])[0]
+    tgt_in = [tiny.model.config.bos_id, *tiny.tokenizer.encode_target([target])[0][:-1]]
+    expected = trace(load_model(model_dir).eval(), torch.tensor([src_ids]), torch.tensor([tgt_in[:1]]), "source", 3, 1)
+    got, want = torch.tensor(reply["self_attention"]["weights"]), torch.tensor(expected["self_attention"]["weights"])
+    assert torch.allclose(got, want, atol=1e-6)
+    assert reply["output"] == pytest.approx(expected["output"], abs=1e-6)
+    assert reply["source_tokens"] == tiny.tokenizer.pieces(src_ids)
+    last = len(tgt_in) - 1
+    body = {"source": source, "target": target, "side": "target", "position": last, "layer": 0}
+    status, _, step = request(f"{url}/api/step", body)
+    assert status == 200 and len(step["target_in_tokens"]) == len(tgt_in) and "cross_attention" in step
+    _, _, after = request(f"{url}/api/next", {"source": source, "prefix": target, "top_k": 10})
+    assert step["logits"]["ids"] == after["ids"]  # the served model's next token, by the fast path or the paper's
+    assert step["logits"]["probs"] == pytest.approx(after["probs"], abs=1e-5)
+    for bad, field in [({"position": 99}, "position"), ({"layer": 9}, "layer"), ({"side": "middle"}, "side")]:
+        status, _, reply = request(f"{url}/api/step", {"source": source, **bad})
+        assert (status, reply["field"]) == (422, field), reply

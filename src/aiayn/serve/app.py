@@ -36,6 +36,7 @@ from .schemas import (
     SampleAnswer,
     SampleRequest,
     Scored,
+    StepRequest,
     TranslateAnswer,
     TranslateRequest,
     checked,
@@ -67,6 +68,7 @@ def build_app(
         Route("/api/explain", api.explain, methods=["POST"]),
         Route("/api/next", api.next_tokens, methods=["POST"]),
         Route("/api/sample", api.sample, methods=["POST"]),
+        Route("/api/step", api.step, methods=["POST"]),
         Route("/api/figures/softmax", api.softmax_figure),
         Route("/api/figures/positions", api.positions_figure),
         Route("/api/figures/cost", api.cost_figure),
@@ -102,7 +104,7 @@ class Api:
         self.models, self.limits = models, limits
         self.metrics = Metrics(
             {"/", "/favicon.ico", "/api/health", "/api/model", "/api/translate", "/api/explain", "/api/figures/softmax",
-             "/api/figures/positions", "/api/figures/cost", "/api/next", "/api/sample", "/translate", "/languages", "/metrics", "/openapi.json"}
+             "/api/figures/positions", "/api/figures/cost", "/api/next", "/api/sample", "/api/step", "/translate", "/languages", "/metrics", "/openapi.json"}
         )  # fmt: skip
         models.metrics = self.metrics
         self.counters: dict[str, int] = {}
@@ -177,6 +179,12 @@ class Api:
         model, req, src_ids = await self.model_request(request, SampleRequest)
         found = await model.worker.run_alone(lambda: model.inspector.sample(req, src_ids))
         return JSONResponse(SampleAnswer(model=model.name, **found).dump())
+
+    async def step(self, request: Request) -> Response:
+        """Every stage of §3's computation for one source or target position, in one layer (`model.trace`)."""
+        model, req, src_ids = await self.model_request(request, StepRequest)
+        traced = await model.worker.run_alone(lambda: model.inspector.step(req, src_ids))
+        return JSONResponse({"model": model.name, **traced})
 
     async def model_request(self, request: Request, schema: type) -> tuple[ServedModel, Any, list[int]]:
         """The model a body names, the body checked, and its source's ids."""

@@ -6,6 +6,7 @@ tree's best translation, which begins with the forced prefix when one is given.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -14,16 +15,20 @@ from torch import Tensor
 from ..decode.explain import beam_tree, check_prefix, teacher_forced_attention
 from ..decode.sampling import next_distribution, sample_after
 from ..decode.step import search_limits
+from ..model import Transformer
+from ..model.trace import trace
+from ..model_folder import load_any
 from ..translator import Translator
 from .limits import ApiError
-from .schemas import ExplainRequest, NextRequest, SampleRequest
+from .schemas import ExplainRequest, NextRequest, SampleRequest, StepRequest
 
 
 class Inspector:
-    """A translator's model and tokenizer, answering explain requests."""
+    """A translator's model and tokenizer, answering explain requests; folder: where the model was loaded from, whose
+    plain float32 model the step-through reads (loaded once, when first asked for)."""
 
-    def __init__(self, translator: Translator):
-        self.translator = translator
+    def __init__(self, translator: Translator, folder: Path | None = None):
+        self.translator, self.folder, self._paper_model = translator, folder, None
         tokenizer = translator.tokenizer
         if hasattr(tokenizer, "pieces"):  # aiayn's one shared vocabulary
             self.source_pieces = self.target_pieces = tokenizer.pieces
@@ -39,6 +44,37 @@ class Inspector:
         if request.target:
             return self.translator.tokenizer.encode_target([request.target])[0][:-1]
         return []
+
+    def paper_model(self) -> Transformer:
+        """The model as the paper computes it (float32, model/'s modules), whatever the server decodes with."""
+        if self._paper_model is None:
+            if self.folder is None:
+                raise ApiError(501, None, "this model was served without its folder: no step-through")
+            self._paper_model = load_any(self.folder)[0].eval()
+        return self._paper_model
+
+    def step(self, request: StepRequest, src_ids: list[int]) -> dict[str, Any]:
+        """`model.trace` of the request's position, its source and the target text after <s> teacher-forced."""
+        model = self.paper_model()
+        bos = model.config.bos_id
+        target = self.translator.tokenizer.encode_target([request.target])[0][:-1] if request.target else []
+        tgt_in = [bos, *target]
+        if len(tgt_in) > (model.config.max_len or len(tgt_in)):
+            raise ApiError(
+                422, "target", f"target: {len(tgt_in)} positions, more than the model's {model.config.max_len}"
+            )
+        try:
+            traced = trace(
+                model, torch.tensor([src_ids]), torch.tensor([tgt_in]), request.side, request.position, request.layer
+            )
+        except ValueError as err:
+            field = "layer" if "layer" in str(err) else "position"
+            raise ApiError(422, field, f"{field}: {err}") from None
+        return {
+            "source_tokens": self.source_pieces(src_ids),
+            "target_in_tokens": self.target_pieces(tgt_in),
+            **traced,
+        }
 
     def next_tokens(self, request: NextRequest, src_ids: list[int]) -> dict[str, Any]:
         """The request.top_k most likely pieces after the prefix, with their probabilities (`next_distribution`)."""

@@ -54,7 +54,7 @@ class ServedModel:
 
     def loaded(self, translator: Translator, worker: ModelWorker) -> None:
         config = translator.model.config
-        self.translator, self.worker, self.inspector = translator, worker, Inspector(translator)
+        self.translator, self.worker, self.inspector = translator, worker, Inspector(translator, self.folder)
         self.source_lang = self.source_lang or config.src_lang  # the options win over the directory
         self.target_lang = self.target_lang or config.tgt_lang
         with torch.device("meta"):  # counted on an empty copy: the served one may be int8

@@ -19,6 +19,7 @@ from .schemas import (
     NextRequest,
     SampleAnswer,
     SampleRequest,
+    StepRequest,
     TranslateAnswer,
     TranslateRequest,
 )
@@ -58,7 +59,7 @@ def _get(summary: str, answer: dict[str, Any] | None = None) -> dict[str, Any]:
 
 @cache
 def schema() -> dict[str, Any]:
-    requests = (TranslateRequest, ExplainRequest, NextRequest, SampleRequest, LibreTranslateRequest)
+    requests = (TranslateRequest, ExplainRequest, NextRequest, SampleRequest, StepRequest, LibreTranslateRequest)
     answers = (TranslateAnswer, NextAnswer, SampleAnswer, LibreTranslateAnswer, Language, ErrorAnswer)
     models = [(m, "validation") for m in requests] + [(m, "serialization") for m in answers]
     _, defs = models_json_schema(models, ref_template="#/components/schemas/{model}")
@@ -70,6 +71,7 @@ def schema() -> dict[str, Any]:
             "/api/explain": _post("Attention and beam tree of one sentence", "ExplainRequest", None),
             "/api/next": _post("The next token's distribution after a target prefix", "NextRequest", "NextAnswer"),
             "/api/sample": _post("A continuation sampled with a seed", "SampleRequest", "SampleAnswer"),
+            "/api/step": _post("Every stage of one position's computation (§3)", "StepRequest", None),
             "/translate": _post(
                 "Translate (LibreTranslate)", "LibreTranslateRequest", "LibreTranslateAnswer", form=True
             ),

@@ -141,6 +141,16 @@ class SampleRequest(Choice):
     max_len: int | None = Field(None, ge=1, le=1024, description="at most this many tokens after the prefix")
 
 
+class StepRequest(Choice):
+    """POST /api/step: every stage of §3's computation for one position, in one layer (`model.trace`)."""
+
+    source: Text
+    target: Text = Field("", description="the target text (the page sends its translation); traced after <s>")
+    side: Literal["source", "target"] = "source"
+    position: int = Field(0, ge=0, description="0-based: a source piece, or a target position (0 reads <s>)")
+    layer: int = Field(0, ge=0, description="0-based, in the side's stack")
+
+
 class LibreTranslateRequest(Body):
     """POST /translate as LibreTranslate takes it: q a string or a list, source (or "auto") and target codes. Other
     fields are ignored, as LibreTranslate ignores them (its clients send some, such as `secret`)."""

@@ -59,6 +59,10 @@ function clearResults() {
   state.source = "";
   state.forced = null;
   sampling.source = "";
+  stepping.source = "";
+  stepping.asked++;
+  $("step-stages").replaceChildren();
+  $("step-positions").replaceChildren();
   sampling.asked++;  // a distribution still on its way is dropped
   for (const id of ["next-tokens", "sample-prefix"]) $(id).replaceChildren();
   $("sample-text").textContent = "";
@@ -117,7 +121,10 @@ async function explain() {
   }
   if (state.model !== model) return;
   state.explained = explained;
-  if (!state.forced) showSampling(state.source, explained.target_tokens);
+  if (!state.forced) {
+    showSampling(state.source, explained.target_tokens);
+    showStepThrough(state.source, explained.translation);
+  }
   fillLayerHeadSelects();
   drawAttention();
   drawTree();
@@ -283,6 +290,7 @@ function drawForced() {
 window.addEventListener("DOMContentLoaded", async () => {
   $("translate").addEventListener("click", translate);
   startSampling();
+  startStepThrough();
   $("reset-forced").addEventListener("click", () => force(null));
   $("attention-kind").addEventListener("change", () => { fillLayerHeadSelects(); drawAttention(); });
   for (const id of ["attention-view", "attention-layer", "attention-head"]) $(id).addEventListener("change", drawAttention);
