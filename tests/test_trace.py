@@ -89,3 +89,22 @@ def test_bad_positions_sides_and_layers_are_refused(model, pair):
     ]:
         with pytest.raises(ValueError, match=message):
             trace(model, src, tgt_in, *args)
+
+
+def test_a_marian_model_is_traced_too(tmp_path):
+    """Marian's layout (shared embeddings, the sinusoids' halves, a final logits bias): the same agreement."""
+    from aiayn.model_folder import load_any
+    from test_marian import build_marian
+
+    model = load_any(build_marian(tmp_path / "opus-mt"))[0].eval()
+    config = model.config
+    src = torch.randint(0, config.vocab_size - 1, (1, 7))
+    tgt_in = torch.tensor([[config.bos_id, 5, 9, 11]])
+    with torch.no_grad():
+        out = model(src, tgt_in, return_attention=True)
+    t = trace(model, src, tgt_in, "target", 2, layer=2)
+    assert close(t["cross_attention"]["weights"], out.attention.cross[2][0, :, 2])
+    assert close(t["positional_encoding"], model.decoder.positions(4)[2])
+    logits = out.logits[0, 2].clone()
+    logits[[config.pad_id, config.bos_id]] = -math.inf
+    assert t["logits"]["ids"] == logits.softmax(-1).topk(10).indices.tolist()
