@@ -296,3 +296,24 @@ def test_step_through_follows_a_token_and_shows_the_apis_numbers(page, url):
     page.wait_for_selector(f"{by_id('step-stages')}[data-side='target'] {by_id('step-logits')}")
     assert page.locator("[data-stage=cross_attention]").count() == 1
     assert page.console_errors == []
+
+
+def test_the_head_view_overlays_every_head_of_a_layer_and_isolates_one(page, url):
+    line = "Two dogs play in the snow."
+    page.fill(by_id("source"), line)
+    page.click(by_id("translate"))
+    page.wait_for_selector(f"{by_id('attention')} svg")
+    page.select_option(by_id("attention-kind"), "encoder")
+    page.select_option(by_id("attention-layer"), label="2")
+    page.select_option(by_id("attention-view"), "layer")
+    view = page.locator(by_id("head-view"))
+    assert view.get_attribute("data-layer") == "1"
+    explained = request(f"{url}/api/explain", {"source": line})[2]
+    heads = explained["attention"]["encoder"][1]  # (h, S, S)
+    for h, weights in enumerate(heads):
+        drawn = view.locator(f"line[data-head='{h}']")
+        assert drawn.count() == sum(w >= 0.01 for row in weights for w in row), h
+    page.locator(by_id("head-key")).nth(2).click()
+    assert page.locator(by_id("head-key")).nth(2).get_attribute("aria-pressed") == "true"
+    assert view.locator("line:not(.hidden)").count() == view.locator("line[data-head='2']").count()
+    assert page.console_errors == []

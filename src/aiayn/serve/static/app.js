@@ -156,8 +156,10 @@ function drawAttention() {
   const kind = $("attention-kind").value, box = $("attention");
   box.replaceChildren();
   box.dataset.kind = kind;
-  if ($("attention-view").value === "grid") drawGrid(box, kind);
-  else drawHead(box, kind, Number($("attention-layer").value), Number($("attention-head").value));
+  const view = $("attention-view").value, layer = Number($("attention-layer").value);
+  if (view === "grid") drawGrid(box, kind);
+  else if (view === "layer") drawLayerHeads(box, kind, layer);
+  else drawHead(box, kind, layer, Number($("attention-head").value));
 }
 
 // BertViz's head view: queries on the left, keys on the right, a line of opacity w for each weight.
@@ -181,6 +183,37 @@ function drawHead(box, kind, layer, head) {
   };
   queries.forEach((t, i) => label(t, left - 8, i * row + 18, "end", "q", i));
   keys.forEach((t, i) => label(t, right + 8, i * row + 18, "start", "k", i));
+}
+
+// BertViz's head view: every head of one layer at once, a colour each; a head's button shows it alone.
+function drawLayerHeads(box, kind, layer) {
+  const heads = state.explained.attention[kind][layer], [queries, keys] = attentionTokens(kind);
+  const colour = (h) => `hsl(${Math.round(360 * h / heads.length)}, 70%, 45%)`;
+  const legend = el("div", {class: "controls", role: "group", "aria-label": "heads"}, box);
+  const row = 20, width = 420, left = 140, right = width - 140;
+  const svg = svgEl("svg", {width, height: row * Math.max(queries.length, keys.length) + 10,
+    "data-testid": "head-view", "data-layer": layer}, box);
+  const lines = svgEl("g", {class: "links"}, svg);
+  heads.forEach((weights, head) => weights.forEach((rowWeights, q) => rowWeights.forEach((w, k) => {
+    if (w < 0.01) return;
+    const dy = (head - heads.length / 2) * 0.6;  // a small offset per head, so that equal lines stay apart
+    svgEl("line", {x1: left + 4, y1: q * row + 14 + dy, x2: right - 4, y2: k * row + 14 + dy, stroke: colour(head),
+      "stroke-opacity": w, "stroke-width": 1 + 2 * w, "data-head": head, "data-q": q, "data-k": k, "data-w": w,
+      class: "head-link"}, lines);
+  })));
+  queries.forEach((t, i) => svgEl("text", {x: left - 8, y: i * row + 18, "text-anchor": "end", class: "token"}, svg, showPiece(t)));
+  keys.forEach((t, i) => svgEl("text", {x: right + 8, y: i * row + 18, "text-anchor": "start", class: "token"}, svg, showPiece(t)));
+  let alone = null;
+  heads.forEach((_, head) => {
+    const b = el("button", {class: "alt head-key", "aria-pressed": "false", "data-testid": "head-key", "data-head": head},
+      legend, `head ${head + 1}`);
+    b.style.borderColor = b.style.color = colour(head);
+    b.addEventListener("click", () => {
+      alone = alone === head ? null : head;
+      for (const key of legend.querySelectorAll("button")) key.setAttribute("aria-pressed", String(Number(key.dataset.head) === alone));
+      for (const line of lines.children) line.classList.toggle("hidden", alone !== null && Number(line.dataset.head) !== alone);
+    });
+  });
 }
 
 function highlight(svg, side, index) {
