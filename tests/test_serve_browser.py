@@ -317,3 +317,24 @@ def test_the_head_view_overlays_every_head_of_a_layer_and_isolates_one(page, url
     assert page.locator(by_id("head-key")).nth(2).get_attribute("aria-pressed") == "true"
     assert view.locator("line:not(.hidden)").count() == view.locator("line[data-head='2']").count()
     assert page.console_errors == []
+
+
+def test_the_neuron_view_shows_a_query_and_key_element_by_element(page, url):
+    line = "A man is riding a bike."
+    page.fill(by_id("source"), line)
+    page.click(by_id("translate"))
+    page.wait_for_selector(f"{by_id('step-stages')} {by_id('step-score')}")
+    page.select_option(by_id("step-side"), "source")  # the page's own state may differ: say what to show
+    page.select_option(by_id("step-layer"), label="1")
+    page.wait_for_selector(f"{by_id('step-stages')}[data-side='source'][data-layer='0'][data-position='0']")
+    page.locator(f"[data-stage=self_attention] {by_id('step-score')}[data-head='1'][data-key='3']").click()
+    view = page.locator(f"[data-stage=self_attention] {by_id('neuron-view')}")
+    assert (view.get_attribute("data-head"), view.get_attribute("data-key")) == ("1", "3")
+    step = request(f"{url}/api/step", {"source": line, "position": 0, "layer": 0})[2]["self_attention"]
+    q, k = step["query"][1], step["keys"][1][3]
+    product = json.loads(view.locator("[data-part=product] canvas").get_attribute("data-values"))
+    assert product == pytest.approx([a * b for a, b in zip(q, k)], abs=1e-6)
+    text = view.locator(by_id("neuron-score")).inner_text()
+    assert f"{sum(product):.4f}" in text and f"{step['scores'][1][3]:.4f}" in text
+    assert math.isclose(sum(product), step["scores"][1][3], abs_tol=1e-4)
+    assert page.console_errors == []

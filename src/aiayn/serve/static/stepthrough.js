@@ -108,16 +108,38 @@ function attentionStages(box, name, label, a) {
     strip(row, a.query[h]);
     const cells = el("span", {class: "score-row"}, row);
     weights.forEach((w, k) => {
-      const c = el("span", {class: "tok", title: `score ${a.scores[h][k].toFixed(3)}, scaled ` +
+      const c = el("button", {class: "tok score-cell", "data-testid": "step-score", "data-head": h, "data-key": k,
+        "aria-label": `head ${h + 1}, key ${k + 1}: weight ${w.toFixed(3)}`, title: `score ${a.scores[h][k].toFixed(3)}, scaled ` +
         `${a.scaled[h][k].toFixed(3)}, softmax unscaled ${a.unscaled_softmax[h][k].toFixed(3)}, scaled ${w.toFixed(3)}`},
       cells, a.masked[k] ? "·" : w.toFixed(2));
       c.style.background = weightColour(w);
+      c.addEventListener("click", () => drawNeuron(neuron, a, h, k));
     });
   });
+  const neuron = el("div", {class: "neuron", "data-testid": "neuron-view"}, part);
+  el("p", {class: "hint"}, neuron, "Click a weight to see its query and key element by element.");
   const concat = el("div", {class: "stage-sub"}, part);
   el("span", {class: "stage-label"}, concat, "the heads' weighted sums, concatenated");
   strip(concat, a.concat);
   const out = el("div", {class: "stage-sub"}, part);
   el("span", {class: "stage-label"}, out, "× W^O (§3.2.2)");
   strip(out, a.output);
+}
+
+// BertViz's neuron view: for one head's query and one key, q, k, their element-wise product, and its sum, the score,
+// before and after the division by √d_k.
+function drawNeuron(box, a, head, key) {
+  const q = a.query[head], k = a.keys[head][key], product = q.map((x, i) => x * k[i]);
+  box.replaceChildren();
+  Object.assign(box.dataset, {head, key});
+  for (const [name, label, values] of [["q", `q (head ${head + 1})`, q], ["k", `k (key ${key + 1})`, k],
+    ["product", "q ∘ k, element by element", product]]) {
+    const row = el("div", {class: "stage-sub", "data-part": name}, box);
+    el("span", {class: "stage-label"}, row, label);
+    strip(row, values);
+  }
+  const sum = product.reduce((x, y) => x + y, 0);
+  el("p", {class: "note", "data-testid": "neuron-score"}, box, `Σ q∘k = ${sum.toFixed(4)} (the score ` +
+    `${a.scores[head][key].toFixed(4)}); ÷ √d_k = ${a.scaled[head][key].toFixed(4)}; softmax weight ` +
+    `${a.weights[head][key].toFixed(4)} (unscaled ${a.unscaled_softmax[head][key].toFixed(4)})`);
 }
