@@ -63,6 +63,13 @@ def by_id(name: str) -> str:
     return f"[data-testid={name}]"
 
 
+def translate(page, line: str, ready: str) -> None:
+    """Translate line on the page, as a person would, and wait for the selector ready (the view under test)."""
+    page.fill(by_id("source"), line)
+    page.click(by_id("translate"))
+    page.wait_for_selector(ready)
+
+
 def test_page_loads_without_console_errors_and_translates(page, url):
     for name in (
         "source",
@@ -80,9 +87,7 @@ def test_page_loads_without_console_errors_and_translates(page, url):
     ):
         assert page.locator(by_id(name)).count() == 1, name
     line = "A girl is jumping over a fence."
-    page.fill(by_id("source"), line)
-    page.click(by_id("translate"))
-    page.wait_for_selector(f"{by_id('beam-tree')} svg")
+    translate(page, line, f"{by_id('beam-tree')} svg")
     expected = request(f"{url}/api/translate", {"lines": [line], "beam_size": 4})[2]["translations"][0]
     assert page.inner_text(by_id("translation")) == expected
     assert page.console_errors == []
@@ -233,9 +238,7 @@ def test_the_model_picker_switches_the_translation(page, tmp_path_factory, data_
         for name in ("model", "en-fr"):
             page.select_option(by_id("model-select"), name)
             page.wait_for_selector(f"{by_id('pe-heatmap')}[data-d-model='{32 if name == 'en-fr' else 64}']")
-            page.fill(by_id("source"), line)
-            page.click(by_id("translate"))
-            page.wait_for_selector(f"{by_id('beam-tree')} svg")
+            translate(page, line, f"{by_id('beam-tree')} svg")
             expected = request(f"{base}/api/translate", {"lines": [line], "beam_size": 4, "model": name})[2]
             translations[name] = page.inner_text(by_id("translation"))
             assert translations[name] == expected["translations"][0]
@@ -247,9 +250,7 @@ def test_the_model_picker_switches_the_translation(page, tmp_path_factory, data_
 
 def test_sampling_redraws_the_next_token_distribution_and_samples_as_the_api_does(page, url):
     line = "A dog runs through the snow."
-    page.fill(by_id("source"), line)
-    page.click(by_id("translate"))
-    page.wait_for_selector(f"{by_id('next-tokens')} {by_id('next-token')}")
+    translate(page, line, f"{by_id('next-tokens')} {by_id('next-token')}")
     assert page.locator(by_id("sampling")).is_visible()
     page.locator(by_id("sample-temperature")).fill("0.5")  # a range input: its value, and an input event
     page.locator(by_id("sample-top-k")).fill("5")
@@ -275,9 +276,7 @@ def test_sampling_redraws_the_next_token_distribution_and_samples_as_the_api_doe
 
 def test_step_through_follows_a_token_and_shows_the_apis_numbers(page, url):
     line = "A man is riding a bike."
-    page.fill(by_id("source"), line)
-    page.click(by_id("translate"))
-    page.wait_for_selector(f"{by_id('step-stages')} {by_id('step-stage')}")
+    translate(page, line, f"{by_id('step-stages')} {by_id('step-stage')}")
     assert page.locator(by_id("step-through")).is_visible()
     page.locator(by_id("step-position")).nth(2).click()
     page.wait_for_selector(f"{by_id('step-stages')}[data-position='2']")
@@ -300,9 +299,7 @@ def test_step_through_follows_a_token_and_shows_the_apis_numbers(page, url):
 
 def test_the_head_view_overlays_every_head_of_a_layer_and_isolates_one(page, url):
     line = "Two dogs play in the snow."
-    page.fill(by_id("source"), line)
-    page.click(by_id("translate"))
-    page.wait_for_selector(f"{by_id('attention')} svg")
+    translate(page, line, f"{by_id('attention')} svg")
     page.select_option(by_id("attention-kind"), "encoder")
     page.select_option(by_id("attention-layer"), label="2")
     page.select_option(by_id("attention-view"), "layer")
@@ -321,9 +318,7 @@ def test_the_head_view_overlays_every_head_of_a_layer_and_isolates_one(page, url
 
 def test_the_neuron_view_shows_a_query_and_key_element_by_element(page, url):
     line = "A man is riding a bike."
-    page.fill(by_id("source"), line)
-    page.click(by_id("translate"))
-    page.wait_for_selector(f"{by_id('step-stages')} {by_id('step-score')}")
+    translate(page, line, f"{by_id('step-stages')} {by_id('step-score')}")
     page.select_option(by_id("step-side"), "source")  # the page's own state may differ: say what to show
     page.select_option(by_id("step-layer"), label="1")
     page.wait_for_selector(f"{by_id('step-stages')}[data-side='source'][data-layer='0'][data-position='0']")

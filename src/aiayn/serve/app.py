@@ -77,6 +77,7 @@ def build_app(
         Route("/metrics", api.metrics_text),
         Route("/openapi.json", api.openapi),
     ]
+    api.metrics.routes = {route.path for route in routes}
     app = Starlette(
         routes=[*routes, Mount("/static", StaticFiles(directory=STATIC))],
         exception_handlers={ApiError: api_error, HTTPException: http_error, Exception: internal_error},
@@ -102,10 +103,7 @@ class Api:
 
     def __init__(self, models: Models, limits: Limits):
         self.models, self.limits = models, limits
-        self.metrics = Metrics(
-            {"/", "/favicon.ico", "/api/health", "/api/model", "/api/translate", "/api/explain", "/api/figures/softmax",
-             "/api/figures/positions", "/api/figures/cost", "/api/next", "/api/sample", "/api/step", "/translate", "/languages", "/metrics", "/openapi.json"}
-        )  # fmt: skip
+        self.metrics = Metrics()
         models.metrics = self.metrics
         self.counters: dict[str, int] = {}
 

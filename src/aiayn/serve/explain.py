@@ -78,25 +78,26 @@ class Inspector:
 
     def next_tokens(self, request: NextRequest, src_ids: list[int]) -> dict[str, Any]:
         """The request.top_k most likely pieces after the prefix, with their probabilities (`next_distribution`)."""
-        src, prefix = self.start(request, src_ids)
-        probs = next_distribution(self.translator.step_model(), src, prefix, request.temperature)
+        step, src, prefix = self.start(request, src_ids)
+        probs = next_distribution(step, src, prefix, request.temperature)
         top = probs.topk(min(request.top_k, probs.numel()))
         ids = top.indices.tolist()
         return {"tokens": self.target_pieces(ids), "ids": ids, "probs": top.values.tolist()}
 
     def sample(self, request: SampleRequest, src_ids: list[int]) -> dict[str, Any]:
         """A continuation of the prefix drawn with the request's temperature, top-k and seed (`sample_after`)."""
-        src, prefix = self.start(request, src_ids)
+        step, src, prefix = self.start(request, src_ids)
         config = self.translator.config.replace(temperature=request.temperature, top_k=request.top_k or 0, top_p=1.0)
         if request.max_len is not None:
             config = config.replace(max_len=len(prefix) + request.max_len)
         generator = torch.Generator(device=src.device).manual_seed(request.seed)
-        ids, probs = sample_after(self.translator.step_model(), src, prefix, config, generator)
+        ids, probs = sample_after(step, src, prefix, config, generator)
         text = self.translator.tokenizer.decode(ids)
         return {"text": text, "tokens": self.target_pieces(ids), "ids": ids, "probs": probs}
 
-    def start(self, request: NextRequest | SampleRequest, src_ids: list[int]) -> tuple[Tensor, list[int]]:
-        """The source (1, S) and the prefix's pieces; a prefix the model could not have written is a 422."""
+    def start(self, request: NextRequest | SampleRequest, src_ids: list[int]) -> tuple[Any, Tensor, list[int]]:
+        """The step model, the source (1, S) and the prefix's pieces; a prefix the model could not have written is a
+        422."""
         src = torch.tensor([src_ids], device=self.translator.device)
         prefix = self.translator.tokenizer.encode_target([request.prefix])[0][:-1] if request.prefix else []
         step = self.translator.step_model()
@@ -104,7 +105,7 @@ class Inspector:
             check_prefix(step, prefix, int(search_limits(step, src, self.translator.config)[0]))
         except ValueError as err:
             raise ApiError(422, "prefix", f"prefix: {err}") from None
-        return src, prefix
+        return step, src, prefix
 
     def explain(self, request: ExplainRequest, src_ids: list[int]) -> dict[str, Any]:
         translator = self.translator

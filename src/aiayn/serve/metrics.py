@@ -17,8 +17,8 @@ class Metrics:
 
     content_type = CONTENT_TYPE_LATEST
 
-    def __init__(self, routes: set[str]):
-        self.routes = routes
+    def __init__(self):
+        self.routes: set[str] = set()  # the app's route paths (build_app sets them): the only path labels
         self.registry = registry = CollectorRegistry(auto_describe=True)
         self.requests = Counter(
             "aiayn_http_requests",
