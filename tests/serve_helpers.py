@@ -39,11 +39,12 @@ def serving(
     translator: Any = None,
     langs: tuple[str | None, str | None] = ("en", "de"),
     more: list[ServedModel] = (),
+    neighbours: Path | None = None,
 ) -> Iterator[str]:
     """The app for model_dir (and the models of more after it) served on 127.0.0.1 (langs: as --source-lang and
-    --target-lang); yields its base URL once every model is loaded."""
+    --target-lang; neighbours: as --neighbours); yields its base URL once every model is loaded."""
     translator = translator or Translator.load(model_dir)
-    first = ServedModel.of(translator, model_dir, source_lang=langs[0], target_lang=langs[1])
+    first = ServedModel.of(translator, model_dir, source_lang=langs[0], target_lang=langs[1], neighbours=neighbours)
     app = build_app([first, *more], limits, batching=batching, local_only=True)
     with served(app) as base:
         deadline = time.monotonic() + 60

@@ -11,6 +11,7 @@ import json
 import math
 import os
 import shutil
+import time
 from pathlib import Path
 
 import pytest
@@ -41,7 +42,10 @@ sync_api = pytest.importorskip("playwright.sync_api", reason="pip install playwr
 
 @pytest.fixture(scope="module")
 def url(tmp_path_factory, data_dir):
-    with serving(make_run(tmp_path_factory.mktemp("page"), data_dir)) as base:
+    model = make_run(tmp_path_factory.mktemp("page"), data_dir)
+    recipe = {"data": {"train": str(data_dir / "multi30k" / "train"), "src_lang": "en", "tgt_lang": "de"}}
+    (model.parent / "run.json").write_text(json.dumps({"format": "aiayn-run", "recipe": recipe}))  # neighbours' text
+    with serving(model) as base:
         yield base
 
 
@@ -53,8 +57,10 @@ def page(url):
         page.console_errors = []
         page.on("console", lambda m: m.type == "error" and page.console_errors.append(m.text))
         page.on("pageerror", lambda err: page.console_errors.append(str(err)))
+        start = time.perf_counter()
         page.goto(url + "/")
         page.wait_for_selector("body[data-ready=true]", timeout=30_000)
+        page.load_seconds = time.perf_counter() - start
         yield page
         browser.close()
 
@@ -71,6 +77,7 @@ def translate(page, line: str, ready: str) -> None:
 
 
 def test_page_loads_without_console_errors_and_translates(page, url):
+    print(f"the page loaded to ready in {page.load_seconds:.2f} s (the tiny model; timed, not asserted)")
     for name in (
         "source",
         "translate",
@@ -243,6 +250,8 @@ def test_the_model_picker_switches_the_translation(page, tmp_path_factory, data_
             translations[name] = page.inner_text(by_id("translation"))
             assert translations[name] == expected["translations"][0]
             assert name in page.inner_text(by_id("model-info"))
+            # neither model has a reference text: the view says how to give one
+            assert "--neighbours FILE" in page.inner_text(by_id("neighbours-index"))
         assert translations["model"] != translations["en-fr"]
         assert errors == []
         page.close()
@@ -333,3 +342,118 @@ def test_the_neuron_view_shows_a_query_and_key_element_by_element(page, url):
     assert f"{sum(product):.4f}" in text and f"{step['scores'][1][3]:.4f}" in text
     assert math.isclose(sum(product), step["scores"][1][3], abs_tol=1e-4)
     assert page.console_errors == []
+
+
+def test_neighbours_show_the_apis_nearest_tokens_for_the_token_picked(page, url):
+    line = "A man is riding a bike."
+    translate(page, line, f"{by_id('neighbours-list')} {by_id('neighbour')}")
+    assert page.locator(by_id("neighbours")).is_visible()
+    page.select_option(by_id("neighbours-k"), label="5")
+    page.locator(by_id("neighbours-position")).nth(3).click()
+    page.wait_for_selector(f"{by_id('neighbours-list')}[data-position='3']")
+    page.wait_for_function("() => document.querySelectorAll('[data-testid=neighbour]').length === 5")
+    expected = request(f"{url}/api/neighbours", {"source": line, "position": 3, "k": 5})[2]
+    items = page.locator(by_id("neighbour"))
+    shown = items.evaluate_all(
+        "ls => ls.map(l => [l.dataset.sentence, Number(l.dataset.position), Number(l.dataset.similarity)])"
+    )
+    assert shown == [[n["sentence"], n["position"], n["similarity"]] for n in expected["neighbours"]]
+    assert items.first.locator(".tok.query").inner_text().strip() == expected["neighbours"][0]["token"].replace(
+        "\u2581", ""
+    )
+    info = page.inner_text(by_id("neighbours-index"))
+    assert f"{expected['index']['tokens']:,} tokens" in info and "training text" in info
+    assert page.console_errors == []
+
+
+def test_the_tree_fits_zooms_and_is_driven_from_the_keyboard(page):
+    translate(page, "A girl is jumping over a fence.", f"{by_id('beam-tree')} svg")
+    box, svg = page.locator(by_id("beam-tree")), page.locator(f"{by_id('beam-tree')} svg")
+    page.click(by_id("tree-fit"))
+    natural = float(svg.get_attribute("data-width"))
+    fit = float(box.get_attribute("data-scale"))
+    assert float(svg.get_attribute("width")) <= box.evaluate("b => b.clientWidth") or fit == 0.5
+    page.click(by_id("tree-zoom-in"))
+    assert float(box.get_attribute("data-scale")) == pytest.approx(min(2, fit * 1.25), abs=1e-3)
+    assert float(svg.get_attribute("width")) == pytest.approx(natural * min(2, fit * 1.25), abs=1)
+    finished = page.locator(f"{by_id('tree-node')}.finished")
+    assert finished.count() >= 1 and all(
+        finished.nth(i).locator("text.score").text_content().startswith("= ") for i in range(finished.count())
+    )
+    node = page.locator(f"{by_id('tree-node')}[data-best=false]").first
+    token = node.get_attribute("data-token")
+    node.focus()
+    with page.expect_response("**/api/explain"):
+        page.keyboard.press("Enter")
+    page.wait_for_selector(by_id("forced-token"))
+    assert page.locator(f"{by_id('tree-node')}.forced").last.get_attribute("data-token") == token
+    page.click(by_id("reset-forced"))
+    page.wait_for_function("() => !document.querySelector('[data-testid=forced-token]')")
+    assert page.console_errors == []
+
+
+def test_pe_waves_follow_the_formula_and_the_heat_map_has_axes(page):
+    d = int(page.locator(by_id("pe-heatmap")).get_attribute("data-d-model"))
+    assert page.locator("#pe-y-axis .tick").first.inner_text() == "0" and page.locator("#pe-x-axis .tick").count() == 8
+    page.fill(by_id("pe-dims"), "2, 3, 40")
+    page.press(by_id("pe-dims"), "Enter")
+    page.wait_for_selector(f"{by_id('pe-waves')}[data-dims='[2,3,40]']")
+    assert page.locator(by_id("pe-wave")).evaluate_all("ps => ps.map(p => Number(p.dataset.dim))") == [2, 3, 40]
+    svg = page.locator(f"{by_id('pe-waves')} svg")
+    svg.scroll_into_view_if_needed()
+    box = svg.bounding_box()
+    page.mouse.move(box["x"] + 40 + 12 / 49 * (640 - 50), box["y"] + 100)  # position 12 of 0..49
+    readout = page.inner_text(by_id("pe-wave-readout"))
+    assert readout.startswith("pos 12: ")
+    for dim in (2, 3, 40):
+        angle = 12 / 10000 ** ((dim - dim % 2) / d)
+        value = math.sin(angle) if dim % 2 == 0 else math.cos(angle)
+        assert f"dim {dim} {value:.4f}" in readout
+    canvas = page.locator(by_id("pe-heatmap"))  # the arrow keys walk the matrix from the cell last shown
+    canvas.scroll_into_view_if_needed()
+    box, cw, ch = canvas.bounding_box(), int(canvas.get_attribute("data-cell-width")), 6
+    page.mouse.move(box["x"] + 10.5 * cw * box["width"] / (d * cw), box["y"] + 3.5 * ch)
+    assert page.inner_text(by_id("pe-readout")).startswith("pos 3, dim 10, ")
+    canvas.focus()
+    for key in ("ArrowDown", "ArrowDown", "ArrowRight"):
+        page.keyboard.press(key)
+    assert page.inner_text(by_id("pe-readout")).startswith("pos 5, dim 11, ")
+    assert page.console_errors == []
+
+
+def test_every_chart_point_is_named_on_hover_and_focus(page):
+    points = page.locator(f"{by_id('bleu-flops')} .point")
+    for i in (0, 7, points.count() - 1):
+        points.nth(i).hover()
+        circle = points.nth(i).locator("circle")
+        label = page.locator(by_id("bleu-hover-label"))
+        assert label.get_attribute("data-model") == circle.get_attribute("data-model")
+        assert label.text_content().startswith(circle.get_attribute("data-model"))
+    points.nth(3).focus()
+    model = points.nth(3).locator("circle").get_attribute("data-model")
+    assert page.inner_text(by_id("bleu-readout")).startswith(model)
+
+
+def test_every_control_is_named_and_the_page_fits_1280_by_800(page, url):
+    small = page.context.browser.new_page(viewport={"width": 1280, "height": 800})
+    errors = []
+    small.on("pageerror", lambda err: errors.append(str(err)))
+    small.goto(url + "/")
+    small.wait_for_selector("body[data-ready=true]", timeout=30_000)
+    small.keyboard.press("Tab")  # the keyboard starts at the top: the sentence (the picker is off for one model)
+    assert small.evaluate("() => document.activeElement.dataset.testid") == "source"
+    translate(small, "A man is riding a bike.", f"{by_id('neighbours-list')} {by_id('neighbour')}")
+    unnamed = small.evaluate(
+        """() => [...document.querySelectorAll('input, select, textarea, button, [tabindex]')].filter(e => {
+            const field = ['INPUT', 'SELECT', 'TEXTAREA'].includes(e.tagName);
+            const name = e.getAttribute('aria-label') || (e.labels && [...e.labels].map(l => l.textContent).join('')) ||
+                (field ? '' : e.textContent);
+            return !name.trim();
+        }).map(e => e.outerHTML.slice(0, 80))"""
+    )
+    assert unnamed == []
+    assert small.evaluate("() => document.documentElement.scrollWidth") <= 1280
+    for name in ("translate", "source", "model-select"):
+        assert small.locator(by_id(name)).is_visible()
+    assert errors == []
+    small.close()

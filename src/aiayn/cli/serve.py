@@ -58,6 +58,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="a model's source language, for a directory that does not record it (NAME= where several are served)",
     )
     parser.add_argument("--target-lang", action="append", default=[], metavar="[NAME=]LANG", help="likewise")
+    parser.add_argument(
+        "--neighbours",
+        action="append",
+        default=[],
+        metavar="[NAME=]FILE",
+        help="source-language sentences, one a line (plain or .gz), among whose tokens the page finds a source "
+        "token's nearest by encoder state (default: the training text of the run a model was trained in)",
+    )
     parser.add_argument("--no-batching", action="store_true", help="run one request at a time (for the benchmark)")
     parser.add_argument("--beam-size", "-b", type=at_least(1), help="default beam width (default: the model's, else 4)")
     parser.add_argument(
@@ -83,11 +91,13 @@ class ModelOption:
     folder: Path
     source_lang: str | None = None
     target_lang: str | None = None
+    neighbours: Path | None = None
 
 
 def model_options(args: argparse.Namespace) -> list[ModelOption]:
     """--model [NAME=]DIR, each folder resolved (a hub id through the cache) and checked to be a translation model's
-    before the server starts, with --source-lang and --target-lang [NAME=]LANG given to their models."""
+    before the server starts, with --source-lang and --target-lang [NAME=]LANG and --neighbours [NAME=]FILE given to
+    their models."""
     from ..model_folder import detect_format, resolve
 
     models: list[ModelOption] = []
@@ -118,6 +128,17 @@ def model_options(args: argparse.Namespace) -> list[ModelOption]:
             if not lang.strip():
                 raise ValueError(f"{option} {value}: the language is empty")
             setattr(by_name[name], attr, lang)
+    for value in args.neighbours:
+        name, sep, path = value.partition("=")
+        if not sep or Path(value).exists():  # a file whose own name holds "=" stays a file
+            if len(models) > 1:
+                raise ValueError(f"--neighbours {value}: {len(models)} models are served; say which: NAME={value}")
+            name, path = models[0].name, value
+        if name not in by_name:
+            raise ValueError(f"--neighbours {value}: no model is named {name!r} (the names: {', '.join(by_name)})")
+        if not Path(path).is_file():
+            raise ValueError(f"--neighbours {value}: no file {path}")
+        by_name[name].neighbours = Path(path)
     return models
 
 
@@ -152,7 +173,9 @@ def run(args: argparse.Namespace) -> int:
     with listen(args.host, args.port) as listening:  # first: a port in use is said before any model loads
         models = model_options(args)  # a hub id not in the cache yet is downloaded here
         caches_for_translation()  # a process that only translates: oneDNN's smaller caches, before its first product
-        served = [ServedModel(m.name, m.folder, loader(m.folder), m.source_lang, m.target_lang) for m in models]
+        served = [
+            ServedModel(m.name, m.folder, loader(m.folder), m.source_lang, m.target_lang, m.neighbours) for m in models
+        ]
         local = is_local_name(args.host)
         app = build_app(served, limits, batching=not args.no_batching, local_only=local)
         server = QuietServer(server_config(app, limits))

@@ -1,6 +1,7 @@
 """The ASGI app (Starlette): the JSON API, LibreTranslate's interface and the page over one or more models.
 
-GET /api/health, GET /api/model, POST /api/translate, POST /api/explain, GET /api/figures/{softmax,
+GET /api/health, GET /api/model, POST /api/translate, POST /api/explain, POST /api/{next,sample,step,neighbours}
+(the page's views), GET /api/figures/{softmax,
 positions,cost}; POST /translate and GET /languages (LibreTranslate's); GET /metrics (Prometheus);
 GET /openapi.json; the page at / and its files under /static/. Every error is a JSON object
 {"error", "field"} with a 4xx status (503 with Retry-After while the models load, when the queue is full,
@@ -31,6 +32,8 @@ from .models import Models, ServedModel
 from .schemas import (
     ExplainRequest,
     LibreTranslateRequest,
+    NeighboursAnswer,
+    NeighboursRequest,
     NextAnswer,
     NextRequest,
     SampleAnswer,
@@ -69,6 +72,7 @@ def build_app(
         Route("/api/next", api.next_tokens, methods=["POST"]),
         Route("/api/sample", api.sample, methods=["POST"]),
         Route("/api/step", api.step, methods=["POST"]),
+        Route("/api/neighbours", api.neighbours, methods=["POST"]),
         Route("/api/figures/softmax", api.softmax_figure),
         Route("/api/figures/positions", api.positions_figure),
         Route("/api/figures/cost", api.cost_figure),
@@ -183,6 +187,12 @@ class Api:
         model, req, src_ids = await self.model_request(request, StepRequest)
         traced = await model.worker.run_alone(lambda: model.inspector.step(req, src_ids))
         return JSONResponse({"model": model.name, **traced})
+
+    async def neighbours(self, request: Request) -> Response:
+        """The reference text's tokens nearest a source token by encoder state (404 when the model has no text)."""
+        model, req, src_ids = await self.model_request(request, NeighboursRequest)
+        found = await model.worker.run_alone(lambda: model.inspector.neighbours(req, src_ids))
+        return JSONResponse(NeighboursAnswer(model=model.name, **found).dump())
 
     async def model_request(self, request: Request, schema: type) -> tuple[ServedModel, Any, list[int]]:
         """The model a body names, the body checked, and its source's ids."""

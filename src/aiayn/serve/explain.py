@@ -20,15 +20,21 @@ from ..model.trace import trace
 from ..model_folder import load_any
 from ..translator import Translator
 from .limits import ApiError
-from .schemas import ExplainRequest, NextRequest, SampleRequest, StepRequest
+from .neighbours import NeighbourIndex, Reference, encode
+from .schemas import ExplainRequest, NeighboursRequest, NextRequest, SampleRequest, StepRequest
 
 
 class Inspector:
     """A translator's model and tokenizer, answering explain requests; folder: where the model was loaded from, whose
-    plain float32 model the step-through reads (loaded once, when first asked for)."""
+    plain float32 model the step-through reads (loaded once, when first asked for); reference: the text whose
+    tokens the neighbours view searches (its index built when first asked for), or None and why there is none."""
 
-    def __init__(self, translator: Translator, folder: Path | None = None):
+    def __init__(
+        self, translator: Translator, folder: Path | None = None, reference: tuple[Reference | None, str] = (None, "")
+    ):
         self.translator, self.folder, self._paper_model = translator, folder, None
+        self.reference, self.no_reference = reference
+        self.index: NeighbourIndex | None = None
         tokenizer = translator.tokenizer
         if hasattr(tokenizer, "pieces"):  # aiayn's one shared vocabulary
             self.source_pieces = self.target_pieces = tokenizer.pieces
@@ -106,6 +112,36 @@ class Inspector:
         except ValueError as err:
             raise ApiError(422, "prefix", f"prefix: {err}") from None
         return step, src, prefix
+
+    def neighbours(self, request: NeighboursRequest, src_ids: list[int]) -> dict[str, Any]:
+        """The request.k reference tokens whose encoder states are nearest the source piece at request.position."""
+        if request.position >= len(src_ids):
+            raise ApiError(422, "position", f"position: {request.position}, but the source has {len(src_ids)} pieces")
+        if self.index is None:
+            if self.reference is None:
+                raise ApiError(404, "model", self.no_reference)
+            try:
+                self.index = NeighbourIndex.build(self.translator, self.reference, self.source_pieces)
+            except (OSError, ValueError) as err:  # the text went missing or is not UTF-8: said, and not tried again
+                self.reference, self.no_reference = None, f"the reference text cannot be read: {err}"
+                raise ApiError(404, "model", self.no_reference) from None
+        z = encode(self.translator, [src_ids])[0]  # (S, D)
+        tokens = self.source_pieces(src_ids)
+        return {
+            "source_tokens": tokens,
+            "position": request.position,
+            "token": tokens[request.position],
+            "index": self.index.describe(),
+            "neighbours": self.index.nearest(z[request.position], request.k),
+        }
+
+    def describe_reference(self) -> dict[str, Any]:
+        """What /api/model says of the neighbours view: its text (and index, once built), or why there is none."""
+        if self.index is not None:
+            return {"available": True, "built": True, **self.index.describe()}
+        if self.reference is not None:
+            return {"available": True, "built": False, "source": self.reference.name}
+        return {"available": False, "why": self.no_reference}
 
     def explain(self, request: ExplainRequest, src_ids: list[int]) -> dict[str, Any]:
         translator = self.translator

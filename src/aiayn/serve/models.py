@@ -24,19 +24,22 @@ from ..model import Transformer
 from ..translator import Translator
 from .explain import Inspector
 from .limits import ApiError, Limits
+from .neighbours import reference_for
 from .worker import ModelWorker
 
 
 @dataclass
 class ServedModel:
     """One model of the server: its name, the folder it comes from, how to load it, its languages (None: the
-    folder's own), and once loaded its translator, worker and inspector."""
+    folder's own), the text of its neighbours view (None: its run's training text, where there is one), and once
+    loaded its translator, worker and inspector."""
 
     name: str
     folder: Path
     load: Callable[[], Translator]
     source_lang: str | None = None
     target_lang: str | None = None
+    neighbours: Path | None = None
     translator: Translator | None = None
     worker: ModelWorker | None = None
     inspector: Inspector | None = None
@@ -47,14 +50,16 @@ class ServedModel:
         self.folder = Path(self.folder)
 
     @classmethod
-    def of(cls, translator: Translator, folder: str | Path, name: str | None = None, **langs: str | None):
-        """A model already loaded (an app made in Python, tests)."""
+    def of(cls, translator: Translator, folder: str | Path, name: str | None = None, **options: Any):
+        """A model already loaded (an app made in Python, tests); options: the languages, neighbours."""
         folder = Path(folder)
-        return cls(name or folder.name, folder, lambda: translator, **langs)
+        return cls(name or folder.name, folder, lambda: translator, **options)
 
     def loaded(self, translator: Translator, worker: ModelWorker) -> None:
         config = translator.model.config
-        self.translator, self.worker, self.inspector = translator, worker, Inspector(translator, self.folder)
+        reference = reference_for(self.folder, self.neighbours)
+        self.translator, self.worker = translator, worker
+        self.inspector = Inspector(translator, self.folder, reference)
         self.source_lang = self.source_lang or config.src_lang  # the options win over the directory
         self.target_lang = self.target_lang or config.tgt_lang
         with torch.device("meta"):  # counted on an empty copy: the served one may be int8
@@ -82,6 +87,7 @@ class ServedModel:
             "decoder": config.decoder._asdict(),
             "limits": asdict(limits),
             "gemm": self.translator.gemm,
+            "neighbours": self.inspector.describe_reference(),
         }
 
 

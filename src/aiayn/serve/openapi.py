@@ -15,6 +15,8 @@ from .schemas import (
     Language,
     LibreTranslateAnswer,
     LibreTranslateRequest,
+    NeighboursAnswer,
+    NeighboursRequest,
     NextAnswer,
     NextRequest,
     SampleAnswer,
@@ -59,8 +61,16 @@ def _get(summary: str, answer: dict[str, Any] | None = None) -> dict[str, Any]:
 
 @cache
 def schema() -> dict[str, Any]:
-    requests = (TranslateRequest, ExplainRequest, NextRequest, SampleRequest, StepRequest, LibreTranslateRequest)
-    answers = (TranslateAnswer, NextAnswer, SampleAnswer, LibreTranslateAnswer, Language, ErrorAnswer)
+    requests = (
+        TranslateRequest,
+        ExplainRequest,
+        NextRequest,
+        SampleRequest,
+        StepRequest,
+        NeighboursRequest,
+        LibreTranslateRequest,
+    )
+    answers = (TranslateAnswer, NextAnswer, SampleAnswer, NeighboursAnswer, LibreTranslateAnswer, Language, ErrorAnswer)
     models = [(m, "validation") for m in requests] + [(m, "serialization") for m in answers]
     _, defs = models_json_schema(models, ref_template="#/components/schemas/{model}")
     return {
@@ -72,6 +82,9 @@ def schema() -> dict[str, Any]:
             "/api/next": _post("The next token's distribution after a target prefix", "NextRequest", "NextAnswer"),
             "/api/sample": _post("A continuation sampled with a seed", "SampleRequest", "SampleAnswer"),
             "/api/step": _post("Every stage of one position's computation (§3)", "StepRequest", None),
+            "/api/neighbours": _post(
+                "The reference tokens nearest a source token by encoder state", "NeighboursRequest", "NeighboursAnswer"
+            ),
             "/translate": _post(
                 "Translate (LibreTranslate)", "LibreTranslateRequest", "LibreTranslateAnswer", form=True
             ),

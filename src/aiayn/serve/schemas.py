@@ -151,6 +151,14 @@ class StepRequest(Choice):
     layer: int = Field(0, ge=0, description="0-based, in the side's stack")
 
 
+class NeighboursRequest(Choice):
+    """POST /api/neighbours: the reference text's tokens whose encoder states are nearest a source piece's."""
+
+    source: Text
+    position: int = Field(0, ge=0, description="0-based: which piece of the source (its </s> included)")
+    k: int = Field(5, ge=1, le=50, description="how many neighbours, nearest first")
+
+
 class LibreTranslateRequest(Body):
     """POST /translate as LibreTranslate takes it: q a string or a list, source (or "auto") and target codes. Other
     fields are ignored, as LibreTranslate ignores them (its clients send some, such as `secret`)."""
@@ -212,6 +220,34 @@ class SampleAnswer(NextAnswer):
     """POST /api/sample's answer: the continuation's text, and its pieces with the probability each was drawn at."""
 
     text: str
+
+
+class Neighbour(Answer):
+    sentence: str = Field(description="the reference sentence")
+    tokens: list[str] = Field(description="its pieces, as the model's tokenizer cuts it")
+    position: int = Field(description="which of its pieces is the neighbour")
+    token: str
+    similarity: float = Field(description="cosine similarity of the two encoder states")
+
+
+class ReferenceIndex(Answer):
+    source: str = Field(description="where the reference sentences come from")
+    lines: int = Field(description="non-empty lines in that text")
+    sentences: int = Field(description="sentences in the index: a sample of the lines")
+    tokens: int = Field(description="pieces in the index (each sentence's </s> left out)")
+    too_long: int = Field(description="sampled sentences left out: longer than the model takes")
+    build_seconds: float
+
+
+class NeighboursAnswer(Answer):
+    """POST /api/neighbours's answer: the source's pieces, the one asked for, and its nearest reference pieces."""
+
+    model: str
+    source_tokens: list[str]
+    position: int
+    token: str
+    index: ReferenceIndex
+    neighbours: list[Neighbour]
 
 
 class ErrorAnswer(Answer):

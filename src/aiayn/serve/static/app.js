@@ -1,7 +1,7 @@
 // The page: translate, the attention of every layer and head, the beam-search tree with forcing.
 "use strict";
 
-const state = {model: null, explained: null, source: "", forced: null};
+const state = {model: null, explained: null, source: "", forced: null, treeZoom: null, panned: false};
 
 function $(id) { return document.getElementById(id); }
 
@@ -61,6 +61,7 @@ function clearResults() {
   sampling.source = "";
   stepping.source = "";
   stepping.asked++;
+  clearNeighbours();
   $("step-stages").replaceChildren();
   $("step-positions").replaceChildren();
   sampling.asked++;  // a distribution still on its way is dropped
@@ -124,6 +125,7 @@ async function explain() {
   if (!state.forced) {
     showSampling(state.source, explained.target_tokens);
     showStepThrough(state.source, explained.translation);
+    showNeighbours(state.source, explained.source_tokens);
   }
   fillLayerHeadSelects();
   drawAttention();
@@ -176,10 +178,10 @@ function drawHead(box, kind, layer, head) {
       "stroke-width": 1 + 3 * w, "data-q": q, "data-k": k, "data-w": w, class: "link"}, lines);
   }));
   const label = (text, x, y, anchor, side, i) => {
-    const t = svgEl("text", {x, y, "text-anchor": anchor, class: "token", "data-side": side, "data-index": i}, svg,
-      showPiece(text));
-    t.addEventListener("mouseenter", () => highlight(svg, side, i));
-    t.addEventListener("mouseleave", () => highlight(svg, null, null));
+    const t = svgEl("text", {x, y, "text-anchor": anchor, class: "token", "data-side": side, "data-index": i, tabindex: 0,
+      "aria-label": `${side === "q" ? "query" : "key"} ${i + 1}, ${text}: show its links`}, svg, showPiece(text));
+    for (const on of ["mouseenter", "focus"]) t.addEventListener(on, () => highlight(svg, side, i));
+    for (const off of ["mouseleave", "blur"]) t.addEventListener(off, () => highlight(svg, null, null));
   };
   queries.forEach((t, i) => label(t, left - 8, i * row + 18, "end", "q", i));
   keys.forEach((t, i) => label(t, right + 8, i * row + 18, "start", "k", i));
@@ -234,7 +236,8 @@ function drawGrid(box, kind) {
   grid.style.gridTemplateColumns = `repeat(${layers[0].length}, auto)`;
   layers.forEach((heads, layer) => heads.forEach((weights, head) => {
     const cell = el("canvas", {class: "cell", "data-testid": "attention-cell", "data-layer": layer, "data-head": head,
-      title: `layer ${layer + 1}, head ${head + 1}`}, grid);
+      title: `layer ${layer + 1}, head ${head + 1}`, tabindex: 0, role: "button",
+      "aria-label": `open layer ${layer + 1}, head ${head + 1}`}, grid);
     const size = 4, rows = weights.length, cols = weights[0].length;
     cell.width = cols * size;
     cell.height = rows * size;
@@ -243,11 +246,15 @@ function drawGrid(box, kind) {
       ctx.fillStyle = weightColour(w);
       ctx.fillRect(k * size, q * size, size, size);
     }));
-    cell.addEventListener("click", () => {
+    const open = () => {
       $("attention-layer").value = layer;
       $("attention-head").value = head;
       $("attention-view").value = "head";
       drawAttention();
+    };
+    cell.addEventListener("click", open);
+    cell.addEventListener("keydown", (event) => {
+      if (event.key === "Enter" || event.key === " ") { event.preventDefault(); open(); }
     });
   }));
 }
@@ -260,25 +267,71 @@ function drawTree() {
   const nodes = tree.nodes, pos = new Map([[0, {x: 10, y: 20}]]);
   const colWidth = 96, rowHeight = 32;
   tree.steps.forEach((ids, s) => ids.forEach((id, r) => pos.set(id, {x: 10 + (s + 1) * colWidth, y: 20 + r * rowHeight})));
-  const height = 30 + rowHeight * Math.max(1, ...tree.steps.map((ids) => ids.length));
-  const svg = svgEl("svg", {width: 40 + colWidth * (tree.steps.length + 1), height}, box);
+  const width = 80 + colWidth * tree.steps.length, height = 16 + rowHeight * Math.max(1, ...tree.steps.map((ids) => ids.length));
+  const svg = svgEl("svg", {viewBox: `0 0 ${width} ${height}`, "data-width": width, "data-height": height}, box);
   const best = bestPath(nodes);
   for (const node of nodes.slice(1)) {
     const a = pos.get(node.parent), b = pos.get(node.id);
     svgEl("line", {x1: a.x + 62, y1: a.y + 2, x2: b.x - 2, y2: b.y + 2, class: best.has(node.id) ? "edge best" : "edge"}, svg);
   }
   for (const node of nodes) {
-    const p = pos.get(node.id);
+    const p = pos.get(node.id), start = node.parent === null;
+    const score = node.finished ? `= ${node.score.toFixed(2)}` : node.log_prob.toFixed(2);
+    const about = `${node.piece}, log P ${node.log_prob.toFixed(3)}` +
+      (node.finished ? `, finished, score ${node.score.toFixed(3)}` : "") + (node.forced ? ", forced" : "");
     const g = svgEl("g", {class: nodeClass(node, best), "data-testid": "tree-node", "data-node": node.id,
       "data-token": node.token, "data-best": best.has(node.id)}, svg);
+    if (!start) Object.assign(g.dataset, {logProb: node.log_prob, ...(node.finished ? {score: node.score} : {})});
     svgEl("rect", {x: p.x - 2, y: p.y - 12, width: 64, height: 28, rx: 3}, g);
-    svgEl("text", {x: p.x + 2, y: p.y + 1}, g, node.parent === null ? "<s>" : showPiece(node.piece).slice(0, 9));
-    const score = node.finished ? `= ${node.score.toFixed(2)}` : node.log_prob.toFixed(2);
-    svgEl("text", {x: p.x + 2, y: p.y + 12, class: "score"}, g, node.parent === null ? "" : score);
-    svgEl("title", {}, g, `${node.piece}  log P = ${node.log_prob.toFixed(3)}` +
-      (node.finished ? `  score ${node.score.toFixed(3)} (finished)` : "") + (node.forced ? "  (forced)" : ""));
-    if (node.parent !== null) g.addEventListener("click", () => force(pathTo(nodes, node.id)));
+    svgEl("text", {x: p.x + 2, y: p.y + 1}, g, start ? "<s>" : showPiece(node.piece).slice(0, 9));
+    svgEl("text", {x: p.x + 2, y: p.y + 12, class: "score"}, g, start ? "" : score);
+    svgEl("title", {}, g, start ? "<s>, where every hypothesis starts" : about);
+    if (start) continue;
+    g.setAttribute("tabindex", "0");
+    g.setAttribute("role", "button");
+    g.setAttribute("aria-label", `force ${about}`);
+    const go = () => force(pathTo(nodes, node.id));
+    g.addEventListener("click", () => { if (!state.panned) go(); });
+    g.addEventListener("keydown", (event) => {
+      if (event.key === "Enter" || event.key === " ") { event.preventDefault(); go(); }
+    });
   }
+  zoomTree(state.treeZoom);
+}
+
+// The tree's scale: a number (1 = its natural size), or null to fit the box's width (never below half size, where
+// the pieces stop being legible; the box scrolls, and a drag pans it).
+function zoomTree(zoom) {
+  const box = $("beam-tree"), svg = box.querySelector("svg");
+  state.treeZoom = zoom;
+  if (!svg) return;
+  const width = Number(svg.dataset.width), height = Number(svg.dataset.height);
+  const scale = zoom ?? Math.max(0.5, Math.min(1, (box.clientWidth - 4) / width));
+  svg.setAttribute("width", Math.round(width * scale));
+  svg.setAttribute("height", Math.round(height * scale));
+  box.dataset.scale = scale.toFixed(3);
+  $("tree-zoom-value").textContent = `${Math.round(100 * scale)}%`;
+}
+
+function startTreeControls() {
+  const box = $("beam-tree");
+  const scale = () => Number(box.dataset.scale || 1);
+  $("tree-zoom-in").addEventListener("click", () => zoomTree(Math.min(2, scale() * 1.25)));
+  $("tree-zoom-out").addEventListener("click", () => zoomTree(Math.max(0.2, scale() / 1.25)));
+  $("tree-fit").addEventListener("click", () => zoomTree(null));
+  let drag = null;  // a drag pans the box; one that moved is not a click on a node
+  box.addEventListener("pointerdown", (event) => {
+    drag = {x: event.clientX, y: event.clientY, left: box.scrollLeft, top: box.scrollTop};
+    state.panned = false;
+  });
+  box.addEventListener("pointermove", (event) => {
+    if (!drag) return;
+    const dx = event.clientX - drag.x, dy = event.clientY - drag.y;
+    if (Math.abs(dx) + Math.abs(dy) > 4) state.panned = true;
+    box.scrollLeft = drag.left - dx;
+    box.scrollTop = drag.top - dy;
+  });
+  for (const end of ["pointerup", "pointerleave"]) box.addEventListener(end, () => { drag = null; });
 }
 
 function nodeClass(node, best) {
@@ -314,7 +367,8 @@ function drawForced() {
     const item = el("div", {class: "forced-token", "data-testid": "forced-token"}, box);
     el("b", {}, item, `${showPiece(node.piece)} ${(100 * node.token_prob).toFixed(1)}%`);
     for (const alt of node.alternatives) {
-      const b = el("button", {class: "alt"}, item, `${showPiece(alt.piece)} ${(100 * alt.prob).toFixed(1)}%`);
+      const b = el("button", {class: "alt", "aria-label": `force ${pieceName(alt.piece)} instead, ` +
+        `${(100 * alt.prob).toFixed(1)}%`}, item, `${showPiece(alt.piece)} ${(100 * alt.prob).toFixed(1)}%`);
       b.addEventListener("click", () => force([...pathTo(e.tree.nodes, node.parent), alt.token]));
     }
   }
@@ -324,7 +378,9 @@ window.addEventListener("DOMContentLoaded", async () => {
   $("translate").addEventListener("click", translate);
   startSampling();
   startStepThrough();
+  startNeighbours();
   $("reset-forced").addEventListener("click", () => force(null));
+  startTreeControls();
   $("attention-kind").addEventListener("change", () => { fillLayerHeadSelects(); drawAttention(); });
   for (const id of ["attention-view", "attention-layer", "attention-head"]) $(id).addEventListener("change", drawAttention);
   let models;

@@ -45,3 +45,8 @@ async function api(path, body = null) {
 function showPiece(piece) {
   return piece.replace(/\u2581/g, "\u2009");
 }
+
+// A piece as a screen reader should say it (a lone word-start mark has no letters to read).
+function pieceName(piece) {
+  return piece.replace(/\u2581/g, " ").trim() || "word start";
+}

@@ -102,25 +102,100 @@ async function drawPositions(model) {
   const cw = Math.max(1, Math.floor(640 / f.d_model)), ch = 6;
   canvas.width = f.d_model * cw;
   canvas.height = f.length * ch;
+  canvas.setAttribute("aria-label", `positional encoding: ${f.length} positions by ${f.d_model} dimensions; the arrow ` +
+    "keys move through it");
   Object.assign(canvas.dataset, {cellWidth: cw, cellHeight: ch, dModel: f.d_model, length: f.length, layout: f.layout});
   const ctx = canvas.getContext("2d");
   f.values.forEach((row, pos) => row.forEach((v, dim) => {
     ctx.fillStyle = signedColour(v);
     ctx.fillRect(dim * cw, pos * ch, cw, ch);
   }));
+  peAxes(f, cw, ch);
   const layout = f.layout === "interleaved" ? "the paper's interleaved layout: sin at even dims, cos at odd" :
     "Marian's halves: all sines first, then all cosines";
   document.getElementById("pe-note").textContent = `PE of the served model: d_model ${f.d_model}, positions 0–` +
     `${f.length - 1} (rows) by dimension (columns), ${layout}. Blue positive, red negative.` +
     (f.positions === "learned" ? " (This model learns its positions; these are the sinusoids it would use.)" : "");
-  canvas.addEventListener("mousemove", (event) => {
-    const box = canvas.getBoundingClientRect();
-    const dim = Math.floor((event.clientX - box.left) * canvas.width / box.width / cw);
-    const pos = Math.floor((event.clientY - box.top) * canvas.height / box.height / ch);
+  let at = {pos: 0, dim: 0};
+  const show = (pos, dim) => {
     if (pos < 0 || pos >= f.length || dim < 0 || dim >= f.d_model) return;
+    at = {pos, dim};
     const value = f.values[pos][dim];
     Object.assign(readout.dataset, {pos, dim, value});
     readout.textContent = `pos ${pos}, dim ${dim}, value ${value.toFixed(4)}`;
+  };
+  canvas.addEventListener("mousemove", (event) => {
+    const box = canvas.getBoundingClientRect();
+    show(Math.floor((event.clientY - box.top) * canvas.height / box.height / ch),
+      Math.floor((event.clientX - box.left) * canvas.width / box.width / cw));
+  });
+  canvas.setAttribute("tabindex", "0");  // the arrow keys walk the matrix
+  canvas.addEventListener("keydown", (event) => {
+    const move = {ArrowUp: [-1, 0], ArrowDown: [1, 0], ArrowLeft: [0, -1], ArrowRight: [0, 1]}[event.key];
+    if (!move) return;
+    event.preventDefault();
+    show(at.pos + move[0], at.dim + move[1]);
+  });
+  const dims = document.getElementById("pe-dims"), fresh = dims.cloneNode(true);
+  dims.replaceWith(fresh);
+  fresh.addEventListener("change", () => drawWaves(f));
+  drawWaves(f);
+}
+
+// Tick labels beside the heat map: positions down the side, dimensions along the bottom.
+function peAxes(f, cw, ch) {
+  for (const [id, n, step, size, style] of [["pe-y-axis", f.length, 10, ch, "top"], ["pe-x-axis", f.d_model,
+    Math.max(1, f.d_model / 8), cw, "left"]]) {
+    const axis = document.getElementById(id);
+    axis.replaceChildren();
+    axis.style[style === "top" ? "height" : "width"] = `${n * size}px`;
+    for (let i = 0; i < n; i += step) el("span", {class: "tick"}, axis, String(i)).style[style] = `${i * size}px`;
+  }
+}
+
+// The wave view: PE(pos, i) over the positions for each chosen dimension i, one curve each (the sinusoids of §3.5,
+// whose wavelengths grow from 2π to 10000·2π along the dimensions).
+function drawWaves(f) {
+  const box = document.getElementById("pe-waves"), readout = document.getElementById("pe-wave-readout");
+  const asked = document.getElementById("pe-dims").value.split(/[\s,]+/).filter(Boolean).map(Number);
+  const dims = [...new Set(asked.filter((d) => Number.isInteger(d) && d >= 0 && d < f.d_model))].slice(0, 8);
+  box.replaceChildren();
+  box.dataset.dims = JSON.stringify(dims);
+  if (asked.length && dims.length < new Set(asked).size) {
+    readout.textContent = `Dimensions are whole numbers from 0 to ${f.d_model - 1}, at most 8.`;
+  }
+  const W = 640, H = 220, m = {l: 40, r: 10, t: 10, b: 30};
+  const X = (pos) => m.l + pos / Math.max(1, f.length - 1) * (W - m.l - m.r);
+  const Y = (v) => m.t + (1 - v) / 2 * (H - m.t - m.b);
+  const svg = svgEl("svg", {width: W, height: H, role: "img", "aria-label": `PE over positions for dimensions ${dims.join(", ")}`}, box);
+  for (const v of [-1, 0, 1]) {
+    svgEl("line", {x1: m.l, x2: W - m.r, y1: Y(v), y2: Y(v), class: "gridline"}, svg);
+    svgEl("text", {x: m.l - 6, y: Y(v) + 4, "text-anchor": "end", class: "axis"}, svg, String(v));
+  }
+  for (let pos = 0; pos < f.length; pos += 10) {
+    svgEl("text", {x: X(pos), y: H - m.b + 16, "text-anchor": "middle", class: "axis"}, svg, String(pos));
+  }
+  svgEl("text", {x: W / 2, y: H - 2, "text-anchor": "middle", class: "axis"}, svg, "position");
+  const colour = (j) => `hsl(${Math.round(360 * j / Math.max(1, dims.length))}, 70%, 42%)`;
+  const legend = el("p", {class: "legend"}, box);
+  dims.forEach((dim, j) => {
+    const values = f.values.map((row) => row[dim]);
+    const path = values.map((v, pos) => `${pos ? "L" : "M"}${X(pos).toFixed(1)},${Y(v).toFixed(1)}`).join("");
+    const line = svgEl("path", {d: path, fill: "none", stroke: colour(j), "stroke-width": 2, "data-testid": "pe-wave",
+      "data-dim": dim}, svg);
+    svgEl("title", {}, line, `dimension ${dim}`);
+    el("span", {class: "wave-key"}, legend, `dim ${dim}`).style.color = colour(j);
+  });
+  const cursor = svgEl("line", {y1: m.t, y2: H - m.b, class: "cursor", visibility: "hidden"}, svg);
+  svg.addEventListener("mousemove", (event) => {
+    const r = svg.getBoundingClientRect();
+    const pos = Math.round(((event.clientX - r.left) * W / r.width - m.l) / (W - m.l - m.r) * (f.length - 1));
+    if (pos < 0 || pos >= f.length || !dims.length) return;
+    cursor.setAttribute("x1", X(pos));
+    cursor.setAttribute("x2", X(pos));
+    cursor.setAttribute("visibility", "visible");
+    readout.dataset.pos = pos;
+    readout.textContent = `pos ${pos}: ` + dims.map((d) => `dim ${d} ${f.values[pos][d].toFixed(4)}`).join(", ");
   });
 }
 
@@ -154,15 +229,33 @@ async function drawCost(model) {
   }
   svgEl("text", {x: W / 2, y: H - 6, "text-anchor": "middle", class: "axis"}, svg, "training FLOPs (log scale)");
   svgEl("text", {x: 12, y: H / 2, transform: `rotate(-90 12 ${H / 2})`, "text-anchor": "middle", class: "axis"}, svg, "BLEU");
+  const readout = el("p", {class: "readout", "data-testid": "bleu-readout", "aria-live": "polite"}, null,
+    "Hover or focus a point to name it.");
+  const hover = svgEl("text", {class: "label hover-label", visibility: "hidden", "data-testid": "bleu-hover-label"});
   for (const p of points) {
-    const g = svgEl("g", {class: `point ${p.series}`}, svg);
+    const about = `${p.name} (${p.series}): BLEU ${p.bleu}, ${p.flops.toExponential(1)} FLOPs`;
+    const g = svgEl("g", {class: `point ${p.series}`, tabindex: 0, role: "img", "aria-label": about}, svg);
     svgEl("circle", {cx: X(p.flops), cy: Y(p.bleu), r: p.series === "run" ? 6 : 5, "data-testid": "bleu-point",
       "data-model": p.name, "data-series": p.series, "data-flops": p.flops, "data-bleu": p.bleu}, g);
-    svgEl("title", {}, g, `${p.name} (${p.series}): BLEU ${p.bleu}, ${p.flops.toExponential(1)} FLOPs`);
+    svgEl("title", {}, g, about);
     if (p.name.startsWith("Transformer")) {
       svgEl("text", {x: X(p.flops) + 8, y: Y(p.bleu) + 4, class: "label"}, g, `${p.name.replace("Transformer ", "")} ${p.series}`);
     }
+    const show = () => {
+      const right = X(p.flops) > W * 0.6;  // the label goes left of points near the right edge
+      Object.assign(hover.dataset, {model: p.name, series: p.series});
+      hover.setAttribute("x", X(p.flops) + (right ? -10 : 10));
+      hover.setAttribute("y", Y(p.bleu) - 10);
+      hover.setAttribute("text-anchor", right ? "end" : "start");
+      hover.setAttribute("visibility", "visible");
+      hover.textContent = `${p.name} (${p.series}): ${p.bleu}`;
+      readout.textContent = about;
+    };
+    g.addEventListener("mouseenter", show);
+    g.addEventListener("focus", show);
   }
+  svg.appendChild(hover);  // drawn last: above every point
+  box.appendChild(readout);
   const legend = el("p", {class: "legend"}, box);
   legend.innerHTML = '<span class="key en-de"></span> Table 2, EN-DE <span class="key en-fr"></span> Table 2, EN-FR ' +
     `<span class="key run"></span> runs beside this model (${f.runs.length})`;

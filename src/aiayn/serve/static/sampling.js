@@ -27,7 +27,8 @@ function drawPrefix() {
   for (let i = 0; i <= sampling.pieces.length; i++) {
     const label = i === 0 ? "(the start)" : showPiece(sampling.pieces[i - 1]);
     const b = el("button", {class: "alt", "aria-pressed": String(i === sampling.position), "data-testid": "sample-position",
-      title: i === 0 ? "the first token" : `after the first ${i} piece(s)`}, box, label);
+      title: i === 0 ? "the first token" : `after the first ${i} piece(s)`,
+      "aria-label": i === 0 ? "at the start" : `after piece ${i}: ${pieceName(sampling.pieces[i - 1])}`}, box, label);
     b.addEventListener("click", () => { sampling.position = i; drawPrefix(); drawNext(); });
   }
 }

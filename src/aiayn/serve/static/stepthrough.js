@@ -77,8 +77,8 @@ function drawStepPositions(s) {
   const box = $("step-positions"), tokens = s.side === "source" ? s.source_tokens : s.target_in_tokens;
   box.replaceChildren();
   tokens.forEach((t, i) => {
-    const b = el("button", {class: "alt", "aria-pressed": String(i === s.position), "data-testid": "step-position"},
-      box, showPiece(t));
+    const b = el("button", {class: "alt", "aria-pressed": String(i === s.position),
+      "aria-label": `position ${i + 1}: ${pieceName(t)}`, "data-testid": "step-position"}, box, showPiece(t));
     b.addEventListener("click", () => { stepping.position = i; drawStep(); });
   });
 }
