@@ -155,6 +155,32 @@ def test_teacher_forcing_equals_generation(tiny_model):
     loss = forcing.loss_by_hand(tiny_model, src, result["tokens"])
     assert loss["loss_by_hand"] == pytest.approx(loss["loss_library"], abs=1e-5)
     assert loss["loss_by_hand"] == pytest.approx(-np.log(loss["p_right"]).mean(), rel=1e-5)
+    assert loss["smoothed_by_hand"] == pytest.approx(loss["smoothed_library"], abs=1e-5)
+    assert loss["smoothed_by_hand"] > loss["loss_by_hand"] + 0.05  # smoothing's mass on the other classes shows
+    wrong = forcing.loss_by_hand(tiny_model, src, result["tokens"], epsilon=0.3)
+    assert wrong["smoothed_library"] != pytest.approx(loss["smoothed_library"], abs=1e-3)  # epsilon reaches PyTorch
+
+
+def test_whole_layer_flops_are_torchs_count_and_cross_where_the_algebra_says():
+    """The attention sub-layer with its projections (aiayn's MultiHeadAttention) and the FFN, counted by torch's FLOP
+    counter, equal the formula; it is cheaper than a GRU layer exactly for n < d and than an LSTM layer for n < 2d."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    config = ModelConfig.preset("tiny", vocab_size=40, max_len=64)
+    layer, d = Transformer(config).encoder.layers[0], config.d_model
+    for n in (5, 64):
+        x = torch.randn(1, n, d)
+        with FlopCounterMode(display=False) as attention:  # with its weights: eq. 1 as products the counter sees
+            layer.self_attn(x, layer.self_attn.project_kv(x), None, True)
+        with FlopCounterMode(display=False) as ffn:
+            layer.ffn(x)
+        counted = paths.whole_layer_flops(n, d, config.d_ff)
+        assert (attention.get_total_flops(), ffn.get_total_flops()) == (counted["attention"], counted["ffn"])
+    lengths = list(range(1, 3 * 512))
+    assert paths.cheaper_below("gru", 512, 2048, lengths) == list(range(1, 512))
+    assert paths.cheaper_below("lstm", 512, 2048, lengths) == list(range(1, 1024))
+    assert paths.cheaper_below("rnn", 512, 2048, lengths) == []
+    assert paths.share_shorter([3, 511, 512, 900], 512) == 0.5
 
 
 def test_without_causal_mask_reads_the_future_and_is_restored(tiny_model):
@@ -174,7 +200,13 @@ def test_mask_experiment_runs_both_ways():
 
 def test_small_claims_on_a_tiny_model(tiny_model):
     shared = details.shared_matrix(tiny_model)
-    assert shared["embeddings_shared"] and shared["projection_error"] == 0
+    assert shared["embeddings_shared"] and shared["projection_error"] == 0 and shared["scale_error"] < 1e-6
+    scale = tiny_model.decoder.embed.scale
+    try:
+        tiny_model.decoder.embed.scale = 1.0  # the §3.4 scaling left out: the check sees it
+        assert details.shared_matrix(tiny_model)["scale_error"] > 1e-3
+    finally:
+        tiny_model.decoder.embed.scale = scale
     src, tgt_in = torch.tensor([[5, 9, 11, 7, 2]]), torch.tensor([[1, 8, 12, 6]])
     assert details.masked_weights(tiny_model, src, tgt_in) == 0.0
     assert details.ffn_as_convolutions(tiny_model) < 1e-5
@@ -347,3 +379,13 @@ def test_the_averaging_claim_counts_the_checkpoints_training_averaged(tmp_path):
     assert details.averaged_checkpoints(run) is None  # not recorded: the caller counts the folders
     (run / "results.json").write_text("[" * 100_000 + "]" * 100_000)
     assert details.averaged_checkpoints(run) is None
+
+
+def test_the_paired_bootstrap_is_sacrebleus_and_tells_noise_from_a_difference():
+    refs = [f"a man number {i} rides a red bike down the street" for i in range(60)]
+    near = [r.replace("red", "blue") if i == 7 else r for i, r in enumerate(refs)]  # one word in 60 sentences
+    noise = details.paired_bootstrap(refs, near, refs, samples=200)
+    assert noise["p_value"] > 0.05 and noise["ci95"] > 0
+    worse = [r.replace("red bike", "car") for r in refs]
+    differs = details.paired_bootstrap(refs, worse, refs, samples=200)
+    assert differs["p_value"] < 0.05 and differs["ci95"] >= 0

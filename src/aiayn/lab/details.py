@@ -24,9 +24,12 @@ def shared_matrix(model: Transformer) -> dict[str, Any]:
     model.eval()
     weight = model.decoder.embed.weight  # (V, D)
     hidden = torch.randn(3, model.config.d_model)
+    ids = torch.arange(min(8, weight.shape[0]))[None]  # (1, 8)
+    scaled = weight[ids] * math.sqrt(model.config.d_model)  # §3.4: "we multiply those weights by sqrt(d_model)"
     return {
         "embeddings_shared": model.encoder.embed.weight.data_ptr() == weight.data_ptr(),
         "projection_error": float((model.project(hidden) - F.linear(hidden, weight, model.logits_bias)).abs().max()),
+        "scale_error": max(float((e(ids) - scaled).abs().max()) for e in (model.encoder.embed, model.decoder.embed)),
     }
 
 
@@ -119,9 +122,23 @@ def averaged_vs_last(run: Path, sources: list[str], references: list[str], beam_
     if not steps or not (run / "model").is_dir():
         raise FileNotFoundError(f"{run}: no checkpoints/ and model/ to compare")
     scores: dict[str, Any] = {"checkpoints": averaged_checkpoints(run) or [p.name for _, p in steps]}
+    outputs = {}
     for name, path in (("averaged", run / "model"), ("last", steps[-1][1])):
         began = time.perf_counter()
-        hyps = Translator.load(path, beam_size=beam_size).translate(sources)
-        scores[name] = sacre_bleu(hyps, references).score
+        outputs[name] = Translator.load(path, beam_size=beam_size).translate(sources)
+        scores[name] = sacre_bleu(outputs[name], references).score
         scores[f"{name}_s"] = time.perf_counter() - began
+    scores.update(paired_bootstrap(outputs["last"], outputs["averaged"], references))
     return scores
+
+
+def paired_bootstrap(baseline: list[str], system: list[str], references: list[str], samples: int = 1000) -> dict:
+    """sacreBLEU's paired bootstrap resampling (Koehn 2004) of system against baseline: the 95% confidence
+    half-width of the system's BLEU and the p-value of its difference from the baseline's."""
+    from sacrebleu.metrics import BLEU
+    from sacrebleu.significance import PairedTest
+
+    test = PairedTest([("baseline", baseline), ("system", system)], {"BLEU": BLEU()}, [references], "bs", samples)
+    _, results = test()
+    result = results["BLEU"][1]
+    return {"ci95": float(result.ci), "p_value": float(result.p_value)}

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
 from ..model import Transformer
 from ..train.loss import label_smoothed_nll
@@ -64,19 +65,26 @@ def teacher_forcing(model: Transformer, src: torch.Tensor, max_new: int = 40) ->
 
 
 @torch.no_grad()
-def loss_by_hand(model: Transformer, src: torch.Tensor, labels: list[int]) -> dict[str, Any]:
-    """-mean log p(y_t | y_<t, x) by hand against the library's loss (label smoothing 0), and p(y_t)."""
+def loss_by_hand(model: Transformer, src: torch.Tensor, labels: list[int], epsilon: float = 0.1) -> dict[str, Any]:
+    """The per-token loss by hand, without and with label smoothing epsilon (§5.4), against PyTorch's
+    F.cross_entropy(label_smoothing=epsilon), and p(y_t).
+
+    Smoothed as PyTorch defines it: (1 - epsilon) (-log p(y)) + epsilon * mean over the V classes of (-log p(c)).
+    """
     model.eval()
     cfg = model.config
-    target = torch.tensor([labels])  # (1, m)
+    target = torch.tensor(labels)  # (m,)
     tgt_in = torch.tensor([[cfg.bos_id] + labels[:-1]])  # (1, m)
-    logits = model(src, tgt_in)  # (1, m, V)
-    logp = torch.log_softmax(logits.float(), dim=-1)[0]  # (m, V)
-    right = logp[torch.arange(len(labels)), target[0]]  # (m,): log p of the right token at each position
-    _, nll, n = label_smoothed_nll(logits, target, 0.0, cfg.pad_id)
+    logits = model(src, tgt_in)[0].float()  # (m, V)
+    logp = torch.log_softmax(logits, dim=-1)  # (m, V)
+    right = logp[torch.arange(len(labels)), target]  # (m,): log p of the right token at each position
+    smoothed = (1 - epsilon) * -right + epsilon * -logp.mean(dim=-1)  # (m,)
     return {
+        "epsilon": epsilon,
         "loss_by_hand": float(-right.mean()),
-        "loss_library": float(nll) / int(n),
+        "loss_library": float(F.cross_entropy(logits, target)),
+        "smoothed_by_hand": float(smoothed.mean()),
+        "smoothed_library": float(F.cross_entropy(logits, target, label_smoothing=epsilon)),
         "p_right": right.exp().numpy(),
         "top_guess": logp.argmax(-1).tolist(),
     }

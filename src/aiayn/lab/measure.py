@@ -45,6 +45,11 @@ def theory(quick: bool) -> dict[str, Any]:
         "sequential": {kind: paths.sequential_operations(kind, 100) for kind in paths.KINDS},
         "flops_n": n_grid,
         "layer_flops": paths.layer_flops(n_grid, 512),
+        "whole_layers": {
+            "lengths": n_grid,
+            "flops": [paths.whole_layer_flops(int(n), 512, 2048) for n in n_grid],
+            "cheaper_than": {k: paths.cheaper_below(k, 512, 2048, [int(n) for n in n_grid]) for k in ("gru", "lstm")},
+        },
         "d_ks": np.array(D_KS),
         "variance": softmax.dot_product_variance(D_KS, samples=5000 if quick else 20000),
         "saturation": softmax.saturation(D_KS, samples=200 if quick else 1000),
@@ -85,14 +90,37 @@ def on_model(model: Transformer, tokenizer: Any, sentence: str, layer: int | Non
     }
 
 
-def mask_experiment(tokenizer: Any, valid: tuple[list[str], list[str]]) -> dict[str, Any]:
-    """Item 8's last claim: a tiny model of the same kind trained with and without the causal mask."""
-    src, tgt = valid
-    n = 1000
-    pairs = list(zip(tokenizer.encode_source(src[:n]), tokenizer.encode_target(tgt[:n])))
-    pairs = [(s, t) for s, t in pairs if len(s) <= 40 and len(t) <= 40]
+MASK_PAIRS, MASK_STEPS = 29_000, 1500
+
+
+def mask_experiment(
+    tokenizer: Any, train: tuple[list[str], list[str]], valid: tuple[list[str], list[str]]
+) -> dict[str, Any]:
+    """Item 8's last claim: a tiny model of the same kind trained with and without the causal mask on the training
+    pairs (enough of them that the masked model generalises rather than memorises), scored on validation pairs."""
+
+    def encoded(texts: tuple[list[str], list[str]], n: int) -> list[tuple[list[int], list[int]]]:
+        pairs = zip(tokenizer.encode_source(texts[0][:n]), tokenizer.encode_target(texts[1][:n]))
+        return [(s, t) for s, t in pairs if len(s) <= 40 and len(t) <= 40]
+
     config = ModelConfig.preset("tiny", vocab_size=len(tokenizer), p_drop=0.0, max_len=128)
-    return forcing.mask_experiment(config, pairs[:-40], pairs[-40:], steps=600)
+    return forcing.mask_experiment(config, encoded(train, MASK_PAIRS), encoded(valid, 40), steps=MASK_STEPS)
+
+
+def sentence_lengths(tokenizer: Any, prefix: Path, langs: tuple[str, str], limit: int = 20_000) -> list[int] | None:
+    """The source lengths in pieces of the first `limit` pairs of a parallel text (None where it is not here)."""
+    from ..data.sources import Source
+
+    source = Source(prefix, *langs)
+    try:
+        source.files()
+    except FileNotFoundError:
+        return None
+    lines: list[str] = []
+    for chunk in source.chunks(size=limit):
+        lines = chunk.src[:limit]
+        break
+    return [len(ids) for ids in tokenizer.encode_source(lines)]
 
 
 def run_cost(results: dict[str, Any] | None, rate: float) -> dict[str, Any]:
@@ -135,11 +163,16 @@ def measure_all(
     sentence = heads.SENTENCES.get(src_lang, heads.SENTENCES["en"])
     log("the trained model: translation, heads, teacher forcing, small claims ...")
     m.update(on_model(model, tokenizer, sentence, layer))
-    valid_prefix = REPO.parent / "shared" / "data" / "multi30k" / "val"
-    valid = Source(valid_prefix, src_lang, tgt_lang).read()
+    multi30k = REPO.parent / "shared" / "data" / "multi30k"
+    valid = Source(multi30k / "val", src_lang, tgt_lang).read()
+    m["sentence_lengths"] = {
+        name: sentence_lengths(tokenizer, prefix, (src_lang, tgt_lang), limit=2_000 if quick else 20_000)
+        for name, prefix in (("Multi30k", multi30k / "train"), ("WMT 2014", REPO / "../data/wmt14-en-de/train"))
+    }
     if not quick:  # two training runs: too long for --quick
         log("training a tiny model with and without the causal mask ...")
-        m["mask"] = mask_experiment(tokenizer, valid)
+        train = Source(multi30k / "train", src_lang, tgt_lang).read()
+        m["mask"] = mask_experiment(tokenizer, train, valid)
     if run_dir is not None:
         log("the averaged checkpoint against the last one ...")
         n = 100 if quick else 300

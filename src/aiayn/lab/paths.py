@@ -111,3 +111,27 @@ def layer_flops(lengths: np.ndarray, d: int) -> dict[str, np.ndarray]:
                 f()
             counts[name].append(counter.get_total_flops())
     return {name: np.array(c, dtype=np.float64) for name, c in counts.items()}
+
+
+# Matrix products of one recurrent step, as (x W + h U) per gate: a tanh RNN has one gate, a GRU three, an LSTM four.
+GATES = {"rnn": 1, "gru": 3, "lstm": 4}
+
+
+def whole_layer_flops(n: int, d: int, d_ff: int) -> dict[str, int]:
+    """FLOPs (2 per multiply-add) of whole layers over n positions of width d, beyond Table 1's attention term:
+    the attention sub-layer with its projections (Q, K, V and W^O: 8 n d^2, plus QK^T and the weighted sum:
+    4 n^2 d), the FFN (4 n d d_ff, §3.3), and recurrent layers of each kind (4 n d^2 per gate)."""
+    out = {"attention": 8 * n * d * d + 4 * n * n * d, "ffn": 4 * n * d * d_ff}
+    out.update({kind: 4 * gates * n * d * d for kind, gates in GATES.items()})
+    return out
+
+
+def cheaper_below(kind: str, d: int, d_ff: int, lengths: list[int]) -> list[int]:
+    """The lengths n at which the attention sub-layer (projections included) costs fewer FLOPs than a recurrent
+    layer of the kind."""
+    return [n for n in lengths if whole_layer_flops(n, d, d_ff)["attention"] < whole_layer_flops(n, d, d_ff)[kind]]
+
+
+def share_shorter(lengths: list[int], d: int) -> float:
+    """The share of sentences of the given lengths (in pieces) with n < d: where §4 says attention is cheaper."""
+    return sum(n < d for n in lengths) / max(1, len(lengths))
