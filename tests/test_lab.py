@@ -389,3 +389,29 @@ def test_the_paired_bootstrap_is_sacrebleus_and_tells_noise_from_a_difference():
     worse = [r.replace("red bike", "car") for r in refs]
     differs = details.paired_bootstrap(refs, worse, refs, samples=200)
     assert differs["p_value"] < 0.05 and differs["ci95"] >= 0
+
+
+def test_the_gradient_fades_through_recurrence_and_not_through_attention():
+    g = recurrence.gradient_by_distance(n=24, d=16)
+    assert {name: v.shape for name, v in g.items()} == {name: (24,) for name in ("rnn", "gru", "attention")}
+    for name in ("rnn", "gru"):
+        assert g[name][20] < 1e-3 * g[name][1] and (np.diff(g[name][1:]) < 0).mean() > 0.8, name
+    attention = g["attention"][1:]
+    assert attention.max() < 10 * attention.min()
+
+
+def test_the_decoder_reads_the_target_shifted_right(tiny_model):
+    target = [7, 12, 9, 30, 2]
+    shift = forcing.shift_right(tiny_model, [5, 9, 11, 2], target)
+    assert shift["decoder_input"] == [tiny_model.config.bos_id, 7, 12, 9, 30] and shift["changed"] == 2
+    assert shift["earlier"] < 1e-6 < shift["later"]
+    assert (shift["moved"][:3] < 1e-6).all() and (shift["moved"][3:] > 0).all()
+
+
+def test_the_earlier_models_against_the_transformers_are_table_2s_ratios():
+    rows = {(r["model"], r["pair"]): r for r in cost.against_earlier_models()}
+    assert len(rows) == 12 and ("ByteNet", "EN-DE") not in rows  # ByteNet has no cost in Table 2
+    gnmt = rows["GNMT + RL", "EN-DE"]
+    assert gnmt["flops_over_base"] == pytest.approx(2.3e19 / 3.3e18) and gnmt["flops_over_big"] == pytest.approx(1.0)
+    assert gnmt["base_bleu_gain"] == pytest.approx(27.3 - 24.6) and gnmt["big_bleu_gain"] == pytest.approx(28.4 - 24.6)
+    assert rows["ConvS2S", "EN-DE"]["flops_over_big"] < 1  # the big model cost more than ConvS2S

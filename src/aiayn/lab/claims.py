@@ -46,6 +46,9 @@ PAPER_WORDS = {
     "12.5": "§5.3: increasing the learning rate linearly for the first warmup_steps ..., warmup_steps = 4000",
     "12.6": "§3.2.1: dot-product attention is much faster and more space-efficient in practice",
     "12.7": "§6.1: for the base models, we used a single model obtained by averaging the last 5 checkpoints",
+    "13.1": "§4: the shorter these paths ..., the easier it is to learn long-range dependencies",
+    "13.2": "§3.1: the output embeddings are offset by one position",
+    "13.3": "abstract: a small fraction of the training costs of the best models from the literature",
 }
 
 
@@ -393,9 +396,63 @@ def _details(m: dict[str, Any]) -> list[Claim]:
     return out
 
 
+def _texts(m: dict[str, Any]) -> list[Claim]:
+    """Item 13: what the explanatory texts add to the paper, measured."""
+    g, shift, rows = m["gradients"], m.get("shift"), m["earlier_models"]
+    far = 40
+    attention = g["attention"][1:]
+    claims = [
+        Claim(
+            "13.1",
+            "A recurrent layer's gradient fades with distance; attention's path has length 1 at any distance",
+            "§4 (the texts: vanishing gradients)",
+            f"|d y_n / d x_(n-k)| at k = {far} under 1e-6 of k = 1 for a tanh RNN and a GRU (PyTorch's initial "
+            "weights); attention's within 10x of its median at every k >= 1",
+            ", ".join(f"{name} {g[name][1]:.1e} at k = 1, {g[name][far]:.1e} at k = {far}" for name in ("rnn", "gru"))
+            + f"; attention {attention.min():.1e} .. {attention.max():.1e}",
+            bool(
+                all(g[name][far] < 1e-6 * g[name][1] for name in ("rnn", "gru"))
+                and attention.max() < 10 * np.median(attention)
+                and attention.min() > np.median(attention) / 10
+            ),
+            False,
+        )
+    ]
+    if shift is not None:
+        claims.append(
+            Claim(
+                "13.2",
+                "The decoder reads the target shifted right, so predicting position i reads only targets < i",
+                "§3.1 (the walkthrough: shift_tokens_right)",
+                "decoder input = <s> + target[:-1]; a change of target j moves no logit at positions <= j (< 1e-6) "
+                "and every one after",
+                f"a {len(shift['target'])}-piece validation target, token {shift['changed']} changed: positions <= "
+                f"{shift['changed']} moved {shift['earlier']:.1e} at most, later ones {shift['later']:.1e} at least",
+                bool(shift["earlier"] < 1e-6 and shift["later"] > 0),
+                True,
+            )
+        )
+    cheaper = [min(r["flops_over_base"], r["flops_over_big"]) for r in rows]
+    better = [min(r["base_bleu_gain"], r["big_bleu_gain"]) for r in rows]
+    claims.append(
+        Claim(
+            "13.3",
+            "Both Transformers reach higher BLEU with orders of magnitude less training compute (the overview)",
+            "Table 2",
+            "against every earlier model of Table 2 with a cost: both Transformers at least 100x cheaper and higher BLEU",
+            f"earlier / Transformer FLOPs {min(cheaper):.2f}x to {max(cheaper):.0f}x (the less of base and big); BLEU "
+            f"gain of the lesser Transformer {min(better):+.2f} to {max(better):+.2f}",
+            bool(min(cheaper) >= 100 and min(better) > 0),
+            True,
+        )
+    )
+    return claims
+
+
 def claims_table(m: dict[str, Any]) -> list[Claim]:
-    """All claims of items 2-5, 7, 8 and 12, in the report's order, each with the paper's words."""
+    """All claims of items 2-5, 7, 8, 12 and 13, in the report's order, each with the paper's words."""
     claims = _trace(m) + _recurrence(m) + _paths(m) + _softmax(m) + _positions(m) + _forcing(m) + _details(m)
+    claims += _texts(m)
     return [c._replace(words=PAPER_WORDS[c.id]) for c in claims]
 
 

@@ -76,3 +76,26 @@ def machine_rate(size: int = 1024, seconds: float = 0.5) -> float:
 def utilisation(counted: float, estimated: float) -> float:
     """The share of the assumed sustained rate that the counted FLOPs would have used."""
     return counted / estimated
+
+
+def against_earlier_models() -> list[dict]:
+    """For each earlier model of Table 2 and language with a cost: its training FLOPs over each Transformer's, and
+    its BLEU against theirs (what "orders of magnitude less compute" and "higher BLEU" can be checked against)."""
+    base, big = TABLE2[-2], TABLE2[-1]
+    rows = []
+    for row in TABLE2[:-2]:
+        for lang in ("en_de", "en_fr"):
+            flops, bleu = getattr(row, f"flops_{lang}"), getattr(row, f"bleu_{lang}")
+            if flops is None or bleu is None:
+                continue
+            rows.append(
+                {
+                    "model": row.model,
+                    "pair": lang.replace("_", "-").upper(),
+                    "flops_over_base": flops / getattr(base, f"flops_{lang}"),
+                    "flops_over_big": flops / getattr(big, f"flops_{lang}"),
+                    "base_bleu_gain": getattr(base, f"bleu_{lang}") - bleu,
+                    "big_bleu_gain": getattr(big, f"bleu_{lang}") - bleu,
+                }
+            )
+    return rows

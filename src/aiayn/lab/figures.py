@@ -292,6 +292,27 @@ def learning_rate(m: dict[str, Any], out: Path) -> str:
     return _save(fig, out, "learning_rate.png")
 
 
+def gradient_distance(m: dict[str, Any], out: Path) -> str:
+    """Item 13: the gradient's norm against distance, recurrent layers against attention."""
+    g = m["gradients"]
+    k = np.arange(1, len(g["rnn"]))
+    fig, ax = plt.subplots(figsize=(6, 3.4))
+    for name, label, colour in (
+        ("rnn", "tanh RNN", "tab:red"),
+        ("gru", "GRU", "tab:orange"),
+        ("attention", "self-attention", "tab:blue"),
+    ):
+        ax.semilogy(k, g[name][1:], label=label, color=colour, linewidth=2)
+    ax.set(
+        xlabel="distance k (positions back from the last)",
+        ylabel="|d y_n / d x_(n-k)|",
+        title="the gradient reaching a word k positions back, width 64",
+    )
+    ax.legend()
+    ax.grid(alpha=0.3)
+    return _save(fig, out, "gradient_distance.png")
+
+
 ALL = (
     recurrence_trace,
     layer_timings,
@@ -303,4 +324,5 @@ ALL = (
     teacher_forcing,
     bleu_vs_flops,
     learning_rate,
+    gradient_distance,
 )

@@ -194,3 +194,27 @@ def mask_experiment(
             result[f"{name}_held_out_loss"] = held_out_loss(model, held_out)
             result[f"{name}_accuracy"] = token_accuracy(model, held_out[:10])
     return result
+
+
+@torch.no_grad()
+def shift_right(model: Transformer, src: list[int], target: list[int]) -> dict[str, Any]:
+    """The decoder's input is the target shifted right by one (<s> first, the last token dropped; §3.1's "output
+    embeddings are offset by one position"), so output i, which predicts target i, reads only targets < i: a change
+    of target j moves no logit at positions <= j and moves those after it."""
+    cfg = model.config
+    model.eval()
+    tgt_in = [cfg.bos_id] + target[:-1]
+    j = len(target) // 2
+    changed = list(tgt_in)
+    changed[j + 1] = next(t for t in range(cfg.target_vocab_size) if t not in (tgt_in[j + 1], cfg.pad_id, cfg.bos_id))
+    logits = model(torch.tensor([src]), torch.tensor([tgt_in]))[0]  # (m, V)
+    after = model(torch.tensor([src]), torch.tensor([changed]))[0]
+    moved = (after - logits).abs().amax(dim=-1)  # (m,): how far each position's logits moved
+    return {
+        "target": target,
+        "decoder_input": tgt_in,
+        "changed": j,
+        "earlier": float(moved[: j + 1].max()),
+        "later": float(moved[j + 1 :].min()) if j + 1 < len(target) else 0.0,
+        "moved": moved.numpy(),
+    }

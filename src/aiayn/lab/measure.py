@@ -59,6 +59,8 @@ def theory(quick: bool) -> dict[str, Any]:
         "pe_linearity": max(positions.linearity_error(k, 512, length=200) for k in (1, 5, 10, 50)),
         "lr": details.learning_rate_curve(),
         "additive": details.additive_vs_dot(repeats=3 if quick else 10),
+        "gradients": recurrence.gradient_by_distance(),
+        "earlier_models": cost.against_earlier_models(),
         "table3_counts": variations.table3_counts(),
         "table3_has_d_k": variations.has_d_k_field(),
     }
@@ -105,6 +107,13 @@ def mask_experiment(
 
     config = ModelConfig.preset("tiny", vocab_size=len(tokenizer), p_drop=0.0, max_len=128)
     return forcing.mask_experiment(config, encoded(train, MASK_PAIRS), encoded(valid, 40), steps=MASK_STEPS)
+
+
+def target_pieces(tokenizer: Any, ids: list[int]) -> list[str]:
+    """Target ids as the tokenizer's pieces (aiayn's shared vocabulary, or a Marian target vocabulary)."""
+    if hasattr(tokenizer, "pieces"):
+        return tokenizer.pieces(ids)
+    return [tokenizer.id_to_piece.get(int(i), f"<{i}>") for i in ids]
 
 
 def sentence_lengths(tokenizer: Any, prefix: Path, langs: tuple[str, str], limit: int = 20_000) -> list[int] | None:
@@ -165,6 +174,9 @@ def measure_all(
     m.update(on_model(model, tokenizer, sentence, layer))
     multi30k = REPO.parent / "shared" / "data" / "multi30k"
     valid = Source(multi30k / "val", src_lang, tgt_lang).read()
+    pair = tokenizer.encode_source(valid[0][:1])[0], tokenizer.encode_target(valid[1][:1])[0]
+    m["shift"] = {**forcing.shift_right(model, *pair), "source_text": valid[0][0], "target_text": valid[1][0]}
+    m["shift"]["pieces"] = target_pieces(tokenizer, m["shift"]["decoder_input"] + pair[1][-1:])
     m["sentence_lengths"] = {
         name: sentence_lengths(tokenizer, prefix, (src_lang, tgt_lang), limit=2_000 if quick else 20_000)
         for name, prefix in (("Multi30k", multi30k / "train"), ("WMT 2014", REPO / "../data/wmt14-en-de/train"))

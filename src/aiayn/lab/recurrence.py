@@ -142,3 +142,22 @@ def timings(
         for name, f in cases.items():
             runs.setdefault(name, []).append(fastest_ms(f, repeats))
     return {name: np.array(ms) for name, ms in runs.items()}
+
+
+def gradient_by_distance(n: int = 64, d: int = 64, seed: int = 0) -> dict[str, np.ndarray]:
+    """The norm of d(sum of the last output)/d(input at distance k back), k = 0 .. n-1, through a tanh RNN, a GRU
+    and a self-attention layer (nn.MultiheadAttention, 4 heads) of width d with PyTorch's initial weights: the
+    vanishing gradient of recurrence against attention's path of length 1 (§4). (n,) each."""
+    torch.manual_seed(seed)
+    layers = {
+        "rnn": nn.RNN(d, d, batch_first=True),
+        "gru": nn.GRU(d, d, batch_first=True),
+        "attention": nn.MultiheadAttention(d, 4, batch_first=True),
+    }
+    x = torch.randn(1, n, d, requires_grad=True)
+    out = {}
+    for name, layer in layers.items():
+        y = layer(x, x, x)[0] if name == "attention" else layer(x)[0]  # (1, n, d)
+        (grad,) = torch.autograd.grad(y[0, -1].sum(), x)  # (1, n, d)
+        out[name] = grad[0].norm(dim=-1).flip(0).numpy()  # index k: the input k positions before the last
+    return out

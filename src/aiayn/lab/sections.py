@@ -250,6 +250,65 @@ def details_section(m: dict[str, Any], drawn: dict[str, str]) -> list[tuple]:
     ]
 
 
+def texts_section(m: dict[str, Any], drawn: dict[str, str]) -> list[tuple]:
+    """Item 13: what the explanatory texts in ../shared/paper add to the paper, each measured."""
+    blocks: list[tuple] = [
+        ("h", 2, "13. What the explanatory texts add"),
+        (
+            "p",
+            "A recurrent layer passes a word's signal on through one step per position, and its gradient shrinks at "
+            "each step; self-attention reaches every position in one (claim 13.1):",
+        ),
+        ("img", drawn["gradient_distance"], "the gradient reaching a word k positions back (claim 13.1)"),
+    ]
+    shift = m.get("shift")
+    if shift:
+        rows = [
+            [i, shift["pieces"][i], shift["pieces"][i + 1], f"{shift['moved'][i]:.1e}"]
+            for i in range(len(shift["target"]))
+        ]
+        blocks += [
+            (
+                "p",
+                f'The decoder input is the target shifted right (claim 13.2), on the first validation pair: "'
+                f'{shift["source_text"]}" -> "{shift["target_text"]}". Output i reads the decoder inputs up to i and '
+                f"predicts target i; target {shift['changed']} was changed, and the last column is how far each "
+                "position's logits moved.",
+            ),
+            ("table", ["position i", "decoder input i", "target i (predicted)", "logits moved"], rows),
+        ]
+    rows = [
+        [
+            r["model"],
+            r["pair"],
+            f"{r['flops_over_base']:.1f}x",
+            f"{r['flops_over_big']:.2f}x",
+            f"{r['base_bleu_gain']:+.2f}",
+            f"{r['big_bleu_gain']:+.2f}",
+        ]
+        for r in m["earlier_models"]
+    ]
+    blocks += [
+        (
+            "p",
+            'The interactive overview says "both Transformer models achieve higher BLEU scores with orders of '
+            'magnitude less training compute" (claim 13.3). Table 2 says less: against single models the base model '
+            "costs 3-45x less and the big one 0.4-6.5x (ConvS2S and MoE on EN-DE cost less than the big model), and "
+            "the base model scores below every earlier single model on EN-FR; a hundredfold or more holds only for the "
+            'base model against the EN-FR ensembles, which it does not beat. The paper\'s own words are "a small fraction of the training costs". The '
+            "paper also gives the big model's EN-FR score twice: 41.8 in Table 2 and the abstract, 41.0 in §6.1's "
+            "text. And the overview's \"layer 5\" is the paper's (Figure 3-5: encoder self-attention in layer 5 of "
+            "6), which item 6 follows with the layer before the last.",
+        ),
+        (
+            "table",
+            ["earlier model", "pair", "its FLOPs / base's", "its FLOPs / big's", "base BLEU gain", "big BLEU gain"],
+            rows,
+        ),
+    ]
+    return blocks
+
+
 def body(m: dict[str, Any], drawn: dict[str, str]) -> list[tuple]:
     return [
         *translation(m),
@@ -262,4 +321,5 @@ def body(m: dict[str, Any], drawn: dict[str, str]) -> list[tuple]:
         *cost_section(m, drawn),
         *table3_section(m),
         *details_section(m, drawn),
+        *texts_section(m, drawn),
     ]
