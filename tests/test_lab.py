@@ -415,3 +415,16 @@ def test_the_earlier_models_against_the_transformers_are_table_2s_ratios():
     assert gnmt["flops_over_base"] == pytest.approx(2.3e19 / 3.3e18) and gnmt["flops_over_big"] == pytest.approx(1.0)
     assert gnmt["base_bleu_gain"] == pytest.approx(27.3 - 24.6) and gnmt["big_bleu_gain"] == pytest.approx(28.4 - 24.6)
     assert rows["ConvS2S", "EN-DE"]["flops_over_big"] < 1  # the big model cost more than ConvS2S
+
+
+def test_attention_between_words_sums_a_words_pieces():
+    pieces = ["\u2581The", "\u2581La", "w", "\u2581will", ".", "</s>"]
+    words = heads.words_of(pieces)
+    assert words == [[0], [1, 2], [3, 4], [5]]
+    rng = np.random.default_rng(0)
+    weights = rng.random((2, 6, 6))
+    weights /= weights.sum(-1, keepdims=True)  # (h, S, S), rows of a softmax
+    merged = heads.merge_to_words(weights, words)
+    assert merged.shape == (2, 4, 4) and np.allclose(merged.sum(-1), 1)
+    assert merged[1, 1, 2] == pytest.approx((weights[1, 1, 3:5].sum() + weights[1, 2, 3:5].sum()) / 2)
+    assert merged[0, 0, 1] == pytest.approx(weights[0, 0, 1] + weights[0, 0, 2])

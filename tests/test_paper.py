@@ -43,6 +43,7 @@ FIGURES = [
     "bleu_vs_flops",
     "learning_rate",
     "gradient_distance",
+    "appendix_attention",
 ]
 
 

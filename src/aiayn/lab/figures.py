@@ -313,6 +313,22 @@ def gradient_distance(m: dict[str, Any], out: Path) -> str:
     return _save(fig, out, "gradient_distance.png")
 
 
+def appendix_attention(m: dict[str, Any], out: Path) -> str | None:
+    """Item 6: the appendix's sentences, encoder self-attention of one layer between whole words, mean of the heads."""
+    maps = m.get("appendix")
+    if not maps:
+        return None
+    fig, axes = plt.subplots(1, len(maps), figsize=(7.5 * len(maps), 7.5))
+    for ax, a in zip(np.atleast_1d(axes), maps):
+        image = ax.imshow(a["mean"], cmap="Blues", vmin=0, vmax=max(0.5, float(a["mean"].max())))
+        ticks = np.arange(len(a["words"]))
+        ax.set_xticks(ticks, a["words"], rotation=90, fontsize=9)
+        ax.set_yticks(ticks, a["words"], fontsize=9)
+        ax.set(xlabel="key word", ylabel="query word", title=f"encoder layer {a['layer'] + 1}, mean of the heads")
+        fig.colorbar(image, ax=ax, fraction=0.046, pad=0.04, label="attention weight (summed over a word's pieces)")
+    return _save(fig, out, "appendix_attention.png")
+
+
 ALL = (
     recurrence_trace,
     layer_timings,
@@ -325,4 +341,5 @@ ALL = (
     bleu_vs_flops,
     learning_rate,
     gradient_distance,
+    appendix_attention,
 )

@@ -83,3 +83,46 @@ def where_it_looks(
     if pronoun is not None:
         result["pronoun_cross"] = maps["cross"][:, :, pronoun].mean(axis=1)  # (L, S): mean over heads
     return result
+
+
+APPENDIX = (  # the sentences of the paper's attention figures (Figures 3 and 4-5), English
+    "It is in this spirit that a majority of American governments have passed new laws since 2009 making the "
+    "registration or voting process more difficult.",
+    "The Law will never be perfect, but its application should be just - this is what we are missing, in my opinion.",
+)
+
+
+def words_of(pieces_: list[str]) -> list[list[int]]:
+    """The pieces of each word: a word starts at a piece with the "▁" space mark (and </s> is a word of its own)."""
+    words: list[list[int]] = []
+    for i, piece in enumerate(pieces_):
+        if not words or piece.startswith("▁") or piece == "</s>" or pieces_[i - 1] == "</s>":
+            words.append([i])
+        else:
+            words[-1].append(i)
+    return words
+
+
+def merge_to_words(weights: np.ndarray, words: list[list[int]]) -> np.ndarray:
+    """Attention between pieces (..., S, S) as attention between words (..., W, W): a query word's row is the mean
+    of its pieces' rows, and its weight on a key word the sum over that word's pieces, so rows still sum to 1."""
+    by_key = np.stack([weights[..., w].sum(axis=-1) for w in words], axis=-1)  # (..., S, W)
+    return np.stack([by_key[..., w, :].mean(axis=-2) for w in words], axis=-2)  # (..., W, W)
+
+
+@torch.no_grad()
+def appendix_attention(model: Transformer, tokenizer: Any, layer: int | None = None) -> list[dict[str, Any]]:
+    """The encoder self-attention of the appendix's sentences in one layer (default: the one before the last), per
+    head and averaged over the heads, between whole words."""
+    cfg = model.config
+    layer = default_layer(model) if layer is None else layer
+    out = []
+    for sentence in APPENDIX:
+        src = source_ids(tokenizer, sentence)  # (1, S)
+        maps = attention_maps(model, src, torch.tensor([[cfg.bos_id]]))["encoder"][layer]  # (h, S, S)
+        src_pieces = pieces(tokenizer, src[0].tolist())
+        words = words_of(src_pieces)
+        heads = merge_to_words(maps, words)  # (h, W, W)
+        labels = ["".join(src_pieces[i] for i in w).replace("▁", "") for w in words]
+        out.append({"sentence": sentence, "layer": layer, "words": labels, "heads": heads, "mean": heads.mean(0)})
+    return out

@@ -89,6 +89,7 @@ def on_model(model: Transformer, tokenizer: Any, sentence: str, layer: int | Non
         "masked": details.masked_weights(model, src, tgt_in),
         "ffn": details.ffn_as_convolutions(model),
         "equivariance": details.permutation_equivariance(model, src),
+        "appendix": heads.appendix_attention(model, tokenizer, layer) if src_lang.startswith("en") else None,
     }
 
 

@@ -143,9 +143,18 @@ def heads_section(m: dict[str, Any], drawn: dict[str, str]) -> list[tuple]:
             "the last (aiayn paper --layer N for another).",
         )
     )
-    return blocks + [
-        ("img", drawn["heads"], "every head of one encoder layer, and the output pronoun's cross-attention")
-    ]
+    blocks.append(("img", drawn["heads"], "every head of one encoder layer, and the output pronoun's cross-attention"))
+    if drawn.get("appendix_attention"):
+        blocks += [
+            (
+                "p",
+                "The sentences of the appendix's Figures 3-5, in the same layer: each word's attention over the "
+                "others, a word's pieces merged (a query word's row the mean of its pieces' rows, a key word's "
+                "weight the sum over its pieces), averaged over the heads.",
+            ),
+            ("img", drawn["appendix_attention"], "the appendix's sentences, word to word"),
+        ]
+    return blocks
 
 
 def positions_section(m: dict[str, Any], drawn: dict[str, str]) -> list[tuple]:
