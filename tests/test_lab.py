@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from aiayn.config import ModelConfig
-from aiayn.lab import cost, details, forcing, heads, paths, positions, recurrence, softmax, variations
+from aiayn.lab import cost, details, forcing, heads, lengths, paths, positions, recurrence, softmax, variations
 from aiayn.model import Transformer
 
 
@@ -428,3 +428,16 @@ def test_attention_between_words_sums_a_words_pieces():
     assert merged.shape == (2, 4, 4) and np.allclose(merged.sum(-1), 1)
     assert merged[1, 1, 2] == pytest.approx((weights[1, 1, 3:5].sum() + weights[1, 2, 3:5].sum()) / 2)
     assert merged[0, 0, 1] == pytest.approx(weights[0, 0, 1] + weights[0, 0, 2])
+
+
+def test_a_training_steps_memory_is_linear_in_the_batch_and_counts_the_logits():
+    config = ModelConfig.preset("tiny", vocab_size=300, max_len=64)
+    model = Transformer(config)
+    one, two, three = (lengths.saved_bytes(model, b, 10) for b in (1, 2, 3))
+    assert two - one == three - two > 0  # every saved activation scales with the batch at a fixed length
+    assert one >= 10 * 300 * 4  # at least the float32 logits of 10 target positions
+    memory = lengths.training_memory(config, [1, 2, 3], length=10)
+    assert memory["bytes_per_token"] == pytest.approx((two - one) / 10) and memory["fit_error"] < 1e-9
+    assert memory["fixed_bytes"] == 16 * sum(p.numel() for p in model.parameters())
+    room = memory["ram_bytes"] - memory["fixed_bytes"] - memory["intercept"]
+    assert memory["max_tokens"] == pytest.approx(room / memory["bytes_per_token"])

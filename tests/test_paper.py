@@ -30,6 +30,7 @@ BY_CONSTRUCTION = [
     "12.4",
     "12.5",
     "13.2",
+    "13.4",
 ]
 FIGURES = [
     "recurrence_trace",
@@ -44,6 +45,7 @@ FIGURES = [
     "learning_rate",
     "gradient_distance",
     "appendix_attention",
+    "memory",
 ]
 
 

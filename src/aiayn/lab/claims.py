@@ -49,6 +49,7 @@ PAPER_WORDS = {
     "13.1": "§4: the shorter these paths ..., the easier it is to learn long-range dependencies",
     "13.2": "§3.1: the output embeddings are offset by one position",
     "13.3": "abstract: a small fraction of the training costs of the best models from the literature",
+    "13.4": "§5.1: each training batch contained approximately 25000 source tokens and 25000 target tokens",
 }
 
 
@@ -446,7 +447,26 @@ def _texts(m: dict[str, Any]) -> list[Claim]:
             True,
         )
     )
-    return claims
+    return claims + [_memory(m["memory"])]
+
+
+def _memory(memory: dict[str, Any]) -> Claim:
+    m = memory["base, 37,000 pieces"] or memory["this model"]
+    name = "the base model (37,000 pieces)" if memory["base, 37,000 pieces"] else "this model"
+    paper = m["bytes_per_token"] * 25_000 + m["intercept"]
+    return Claim(
+        "13.4",
+        "Memory limits the batch: what training keeps grows with the batch's tokens and soon outweighs the model",
+        "§5.1 (the walkthrough)",
+        "saved activations a line in batch tokens (within 1%); at the paper's 25,000 tokens a side more than 10x "
+        "the weights, gradients and Adam's moments together",
+        f"{name}: {m['bytes_per_token'] / 1e3:,.0f} kB a token (fit within {m['fit_error']:.0e}); at 25,000 "
+        f"tokens {paper / 2**30:.1f} GiB of activations against {m['fixed_bytes'] / 2**30:.2f} GiB fixed; this "
+        f"machine's {m['ram_bytes'] / 2**30:.0f} GiB holds at most {m['max_tokens']:,.0f} tokens a side "
+        "(extrapolated, not allocated)",
+        bool(m["fit_error"] < 0.01 and paper > 10 * m["fixed_bytes"]),
+        True,
+    )
 
 
 def claims_table(m: dict[str, Any]) -> list[Claim]:

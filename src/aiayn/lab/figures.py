@@ -329,6 +329,25 @@ def appendix_attention(m: dict[str, Any], out: Path) -> str | None:
     return _save(fig, out, "appendix_attention.png")
 
 
+def lengths_figure(m: dict[str, Any], out: Path) -> str:
+    """Item 13: memory of a training step against batch tokens, drawn out to this machine's memory."""
+    fig, ax = plt.subplots(figsize=(6.5, 3.8))
+    for name, mem in m["memory"].items():
+        if mem is None:
+            continue
+        tokens = np.geomspace(100, max(mem["max_tokens"], 30_000), 50)
+        total = (mem["fixed_bytes"] + mem["intercept"] + mem["bytes_per_token"] * tokens) / 2**30
+        ax.loglog(tokens, total, label=name)
+        ax.scatter(mem["tokens"], (mem["fixed_bytes"] + mem["saved_bytes"]) / 2**30, s=12)
+        ram = mem["ram_bytes"] / 2**30
+    ax.axhline(ram, color="black", linestyle="--", linewidth=1, label=f"this machine's memory, {ram:.0f} GiB")
+    ax.axvline(25_000, color="tab:gray", linestyle=":", label="the paper's 25,000 tokens a side")
+    ax.set(xlabel="batch tokens a side", ylabel="GiB a training step keeps", title="memory against the batch")
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    return _save(fig, out, "memory.png")
+
+
 ALL = (
     recurrence_trace,
     layer_timings,
@@ -342,4 +361,5 @@ ALL = (
     learning_rate,
     gradient_distance,
     appendix_attention,
+    lengths_figure,
 )

@@ -12,7 +12,7 @@ import torch
 
 from ..config import ModelConfig
 from ..model import Transformer
-from . import anatomy, cost, details, forcing, heads, paths, positions, recurrence, softmax, variations
+from . import anatomy, cost, details, forcing, heads, lengths, paths, positions, recurrence, softmax, variations
 
 Log = Callable[[str], None]
 D_KS = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024]
@@ -110,6 +110,9 @@ def mask_experiment(
     return forcing.mask_experiment(config, encoded(train, MASK_PAIRS), encoded(valid, 40), steps=MASK_STEPS)
 
 
+BASE_37K = ModelConfig.preset("base", vocab_size=37_000)  # the paper's base model and shared vocabulary (§5.1)
+
+
 def target_pieces(tokenizer: Any, ids: list[int]) -> list[str]:
     """Target ids as the tokenizer's pieces (aiayn's shared vocabulary, or a Marian target vocabulary)."""
     if hasattr(tokenizer, "pieces"):
@@ -182,7 +185,12 @@ def measure_all(
         name: sentence_lengths(tokenizer, prefix, (src_lang, tgt_lang), limit=2_000 if quick else 20_000)
         for name, prefix in (("Multi30k", multi30k / "train"), ("WMT 2014", REPO / "../data/wmt14-en-de/train"))
     }
-    if not quick:  # two training runs: too long for --quick
+    log("memory of a training step against the batch ...")
+    m["memory"] = {
+        "this model": lengths.training_memory(model.config, [2, 4] if quick else [4, 8, 16]),
+        "base, 37,000 pieces": None if quick else lengths.training_memory(BASE_37K, [2, 4, 8]),
+    }
+    if not quick:  # training runs: too long for --quick
         log("training a tiny model with and without the causal mask ...")
         train = Source(multi30k / "train", src_lang, tgt_lang).read()
         m["mask"] = mask_experiment(tokenizer, train, valid)

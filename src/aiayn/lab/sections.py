@@ -286,6 +286,15 @@ def texts_section(m: dict[str, Any], drawn: dict[str, str]) -> list[tuple]:
             ),
             ("table", ["position i", "decoder input i", "target i (predicted)", "logits moved"], rows),
         ]
+    blocks += [
+        (
+            "p",
+            "Memory (claim 13.4): what one training step keeps, the activations autograd saves counted as they are "
+            "saved at a few batch sizes (25 pieces a side) plus 16 bytes a parameter for the weights, gradients and "
+            "Adam's moments, drawn out to this machine's memory.",
+        ),
+        ("img", drawn["lengths_figure"], "memory against the batch (claim 13.4)"),
+    ]
     rows = [
         [
             r["model"],
