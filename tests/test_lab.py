@@ -156,6 +156,7 @@ def test_teacher_forcing_equals_generation(tiny_model):
     assert loss["loss_by_hand"] == pytest.approx(loss["loss_library"], abs=1e-5)
     assert loss["loss_by_hand"] == pytest.approx(-np.log(loss["p_right"]).mean(), rel=1e-5)
     assert loss["smoothed_by_hand"] == pytest.approx(loss["smoothed_library"], abs=1e-5)
+    assert loss["loss_aiayn"] == pytest.approx(loss["loss_by_hand"], abs=1e-5)
     assert loss["smoothed_by_hand"] > loss["loss_by_hand"] + 0.05  # smoothing's mass on the other classes shows
     wrong = forcing.loss_by_hand(tiny_model, src, result["tokens"], epsilon=0.3)
     assert wrong["smoothed_library"] != pytest.approx(loss["smoothed_library"], abs=1e-3)  # epsilon reaches PyTorch
@@ -403,9 +404,12 @@ def test_the_gradient_fades_through_recurrence_and_not_through_attention():
 def test_the_decoder_reads_the_target_shifted_right(tiny_model):
     target = [7, 12, 9, 30, 2]
     shift = forcing.shift_right(tiny_model, [5, 9, 11, 2], target)
-    assert shift["decoder_input"] == [tiny_model.config.bos_id, 7, 12, 9, 30] and shift["changed"] == 2
+    assert shift["decoder_input"] == [tiny_model.config.bos_id, 7, 12, 9, 30] and shift["changed"] == 1
     assert shift["earlier"] < 1e-6 < shift["later"]
-    assert (shift["moved"][:3] < 1e-6).all() and (shift["moved"][3:] > 0).all()
+    assert (shift["moved"][:2] < 1e-6).all() and (shift["moved"][2:] > 0).all()
+    assert forcing.shift_right(tiny_model, [5, 2], [7, 2])["changed"] == 0
+    with pytest.raises(ValueError, match="shifting needs 2"):
+        forcing.shift_right(tiny_model, [5, 2], [2])
 
 
 def test_the_earlier_models_against_the_transformers_are_table_2s_ratios():
@@ -441,3 +445,15 @@ def test_a_training_steps_memory_is_linear_in_the_batch_and_counts_the_logits():
     assert memory["fixed_bytes"] == 16 * sum(p.numel() for p in model.parameters())
     room = memory["ram_bytes"] - memory["fixed_bytes"] - memory["intercept"]
     assert memory["max_tokens"] == pytest.approx(room / memory["bytes_per_token"])
+
+
+def test_the_appendix_sentences_are_merged_into_words_for_a_marian_model_too(tmp_path):
+    from aiayn.model_folder import load_any
+    from test_marian import build_marian
+
+    model, tokenizer, _ = load_any(build_marian(tmp_path / "opus-mt-en-de"))
+    maps = heads.appendix_attention(model.eval(), tokenizer)
+    assert len(maps) == 2
+    for a in maps:
+        assert len(a["words"]) > 10 and a["words"][-1] == "</s>"
+        assert a["mean"].shape == (len(a["words"]),) * 2 and np.allclose(a["mean"].sum(-1), 1, atol=1e-5)

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from aiayn.serve.models import ServedModel
-from aiayn.serve.neighbours import sample_lines
+from aiayn.serve.neighbours import Reference
 from aiayn.translator import Translator
 from aiayn.weights import load_model
 from serve_helpers import make_run, request, serving
@@ -108,14 +108,49 @@ def test_without_a_text_the_answer_says_how_to_give_one_and_bad_fields_are_named
         assert (status, reply["field"]) == (422, field), reply
 
 
-def test_the_sample_is_uniform_in_text_order_and_the_same_for_a_seed():
+def test_the_sample_is_uniform_and_the_same_every_time():
     lines = [f"line {i}" if i % 7 else "" for i in range(1000)]
-    first, count = sample_lines(lines, 50)
-    assert count == sum(1 for line in lines if line) and len(first) == 50 and len(set(first)) == 50
-    assert first == sorted(first, key=lambda s: int(s.split()[1])) and sample_lines(lines, 50) == (first, count)
-    assert sample_lines(lines[:30], 50)[0] == [line for line in lines[:30] if line]
-    hits = sum(int(s.split()[1]) < 500 for seed in range(40) for s in sample_lines(lines, 50, seed)[0])
-    assert 0.4 < hits / (40 * 50) < 0.6  # both halves of the text are drawn from
+    reference = Reference("lines", lambda: iter(lines))
+    first, count = reference.sample(50)
+    assert count == sum(1 for line in lines if line) and len(set(first)) == 50 and all(first)
+    assert reference.sample(50) == (first, count)
+    assert sorted(Reference("few", lambda: iter(lines[:30])).sample(50)[0]) == sorted(
+        line for line in lines[:30] if line
+    )
+    early = sum(int(line.split()[1]) < 500 for line in first)
+    assert 15 <= early <= 35  # both halves of the text are drawn from
+
+
+def test_a_text_that_cannot_be_indexed_is_said_once_and_not_read_again(models, tmp_path):
+    bad, long = tmp_path / "bad.en", tmp_path / "long.en"
+    bad.write_bytes(b"A dog runs.\n\xff\xfe not UTF-8\n")
+    long.write_text(" ".join(["word"] * 400) + "\n", encoding="utf-8")
+    plain = models[1]
+    served = [
+        ServedModel.of(Translator.load(plain), plain, name=name, neighbours=path)
+        for name, path in (("bad", bad), ("long", long))
+    ]
+    with serving(plain, more=served) as base:
+        for name, why, path in (("bad", "not valid UTF-8", bad), ("long", "longer than the model takes", long)):
+            for _ in range(2):
+                status, _, reply = request(f"{base}/api/neighbours", {"source": SOURCE, "model": name})
+                assert (status, reply["field"]) == (404, "model") and why in reply["error"], reply
+                path.unlink(missing_ok=True)  # the second answer comes from what the first learnt, not the file
+            info = {m["name"]: m["neighbours"] for m in request(f"{base}/api/model")[2]["models"]}[name]
+            assert not info["available"] and why in info["why"]
+
+
+def test_a_marian_model_finds_neighbours_in_its_own_source_pieces(tmp_path, reference):
+    from test_marian import build_marian
+
+    marian = build_marian(tmp_path / "opus-mt-en-de")
+    translator = Translator.load(marian)
+    with serving(marian, translator=translator, neighbours=reference[0]) as base:
+        status, _, reply = request(f"{base}/api/neighbours", {"source": SOURCE, "position": 1, "k": 3})
+    assert status == 200 and len(reply["neighbours"]) == 3, reply
+    source = {i: p for p, i in translator.tokenizer.vocab.items()}
+    assert reply["source_tokens"] == [source[i] for i in translator.encode([SOURCE])[0]]
+    assert all(n["token"] == n["tokens"][n["position"]] for n in reply["neighbours"])
 
 
 def test_the_serve_command_checks_the_neighbours_option(models, capsys, tmp_path):

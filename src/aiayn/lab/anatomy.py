@@ -12,11 +12,15 @@ from ..decode.beam import beam_search
 from ..model import Transformer
 
 
-def pieces(tokenizer: Any, ids: list[int]) -> list[str]:
-    """The word pieces of ids, one string per id (a tokenizer without `pieces` decodes each id alone)."""
+def pieces(tokenizer: Any, ids: list[int], side: str = "target") -> list[str]:
+    """The word pieces of ids, one string per id: aiayn's one shared vocabulary, or a Marian tokenizer's source
+    (vocab.json) or target vocabulary (side "source" or "target")."""
     if hasattr(tokenizer, "pieces"):
         return list(tokenizer.pieces(ids))
-    return [tokenizer.decode([i]) or f"<{i}>" for i in ids]
+    if side == "source":
+        table = {i: p for p, i in tokenizer.vocab.items()}
+        return [table.get(int(i), f"<{i}>") for i in ids]
+    return [tokenizer.id_to_piece.get(int(i), f"<{i}>") for i in ids]
 
 
 def source_ids(tokenizer: Any, sentence: str) -> torch.Tensor:
@@ -40,7 +44,7 @@ def translate_one(model: Transformer, tokenizer: Any, sentence: str, beam_size: 
     return {
         "sentence": sentence,
         "translation": tokenizer.decode(out),
-        "source_pieces": pieces(tokenizer, src[0].tolist()),
+        "source_pieces": pieces(tokenizer, src[0].tolist(), "source"),
         "output_pieces": pieces(tokenizer, out),
         "output_ids": out,
         "config": {

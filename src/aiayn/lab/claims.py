@@ -20,12 +20,15 @@ class Claim(NamedTuple):
 
 # What the paper says, claim by claim: the sentence each criterion is held to.
 PAPER_WORDS = {
-    "2.1": "§1: recurrent models generate hidden states h_t as a function of h_(t-1) and the input for position t",
+    "2.1": "§1: they generate a sequence of hidden states h_t, as a function of the previous hidden state h_(t-1) and the "
+    "input for position t",
     "3.1": "§1: recurrent models factor computation along the symbol positions of the input and output",
     "3.2": "§3.2.1, eq. 1: Attention(Q, K, V) = softmax(QK^T / sqrt(d_k)) V",
-    "3.3": "§3.2.1: we compute the attention function on a set of queries simultaneously, packed into a matrix Q",
+    "3.3": "§3.2.1: we compute the attention function on a set of queries simultaneously, packed together into a "
+    "matrix Q",
     "3.4": "§1: this inherently sequential nature precludes parallelization within training examples",
-    "3.5": "§4: self-attention layers are faster than recurrent layers when n is smaller than d",
+    "3.5": "§4: in terms of computational complexity, self-attention layers are faster than recurrent layers when the "
+    "sequence length n is smaller than the representation dimensionality d",
     "4.1": "§4: the shorter these paths ..., the easier it is to learn long-range dependencies",
     "4.2": "§4: constant number of sequentially executed operations, whereas a recurrent layer requires O(n)",
     "4.3": "§4, Table 1: complexity per layer O(n^2 d) self-attention, O(n d^2) recurrent",
@@ -35,21 +38,23 @@ PAPER_WORDS = {
     "7.1": "§3.5: the wavelengths form a geometric progression from 2 pi to 10000 * 2 pi",
     "7.2": "§3.5: for any fixed offset k, PE_(pos+k) can be represented as a linear function of PE_pos",
     "8.1": "§3.1: the predictions for position i can depend only on the known outputs at positions less than i",
-    "8.2": "§5.4: we employed label smoothing of value 0.1",
+    "8.2": "§5.4: during training, we employed label smoothing of value eps_ls = 0.1",
     "8.3": "§3.2.3: we need to prevent leftward information flow in the decoder to preserve the auto-regressive property",
     "12.1": "§3.4: we share the same weight matrix ...; in the embedding layers, we multiply those weights by sqrt(d_model)",
     "12.2": "§3.2.3: masking out (setting to -inf) all values in the input of the softmax which correspond to illegal "
     "connections",
     "12.3": "§3.3: another way of describing this is as two convolutions with kernel size 1",
     "12.4": "§3.5: since our model contains no recurrence and no convolution, ... we must inject some information "
-    "about the position",
+    "about the relative or absolute position of the tokens in the sequence",
     "12.5": "§5.3: increasing the learning rate linearly for the first warmup_steps ..., warmup_steps = 4000",
     "12.6": "§3.2.1: dot-product attention is much faster and more space-efficient in practice",
     "12.7": "§6.1: for the base models, we used a single model obtained by averaging the last 5 checkpoints",
-    "13.1": "§4: the shorter these paths ..., the easier it is to learn long-range dependencies",
+    "13.1": "§4: the length of the paths forward and backward signals have to traverse in the network",
     "13.2": "§3.1: the output embeddings are offset by one position",
-    "13.3": "abstract: a small fraction of the training costs of the best models from the literature",
-    "13.4": "§5.1: each training batch contained approximately 25000 source tokens and 25000 target tokens",
+    "13.3": "the overview (not the paper): both Transformer models achieve higher BLEU scores with orders of magnitude "
+    "less training compute",
+    "13.4": "§5.1: each training batch contained a set of sentence pairs containing approximately 25000 source "
+    "tokens and 25000 target tokens",
 }
 
 
@@ -111,7 +116,8 @@ def _recurrence(m: dict[str, Any]) -> list[Claim]:
         ),
         Claim(
             "3.5",
-            "A self-attention layer is faster than a recurrent (GRU) layer of the same width when n < d",
+            "A self-attention layer is faster than a recurrent (GRU) layer of the same width when n < d (the paper says "
+            "it of the FLOPs, 4.3; timed here)",
             "§1, §4",
             f"nn.MultiheadAttention faster than nn.GRU at every n < d = {WIDTH} measured "
             f"({', '.join(str(v) for v in n if v < WIDTH)}); n >= d is where §4 expects the crossover",
@@ -281,10 +287,12 @@ def _forcing(m: dict[str, Any]) -> list[Claim]:
             "8.2",
             "The cross-entropy by hand, without and with label smoothing, is PyTorch's",
             "§5.4",
-            f"difference < 1e-5 from F.cross_entropy, label_smoothing 0 and {loss['epsilon']}",
-            f"{loss['loss_by_hand']:.4f} by hand, {loss['loss_library']:.4f} F.cross_entropy; smoothed "
-            f"{loss['smoothed_by_hand']:.4f} and {loss['smoothed_library']:.4f}",
+            f"difference < 1e-5 from F.cross_entropy, label_smoothing 0 and {loss['epsilon']}, and from aiayn's "
+            "training loss at 0",
+            f"{loss['loss_by_hand']:.4f} by hand, {loss['loss_library']:.4f} F.cross_entropy, {loss['loss_aiayn']:.4f} "
+            f"aiayn's; smoothed {loss['smoothed_by_hand']:.4f} and {loss['smoothed_library']:.4f}",
             abs(loss["loss_by_hand"] - loss["loss_library"]) < 1e-5
+            and abs(loss["loss_by_hand"] - loss["loss_aiayn"]) < 1e-5
             and abs(loss["smoothed_by_hand"] - loss["smoothed_library"]) < 1e-5,
             True,
         ),
@@ -295,8 +303,8 @@ def _forcing(m: dict[str, Any]) -> list[Claim]:
 def _mask_claim(mask: dict[str, Any] | None) -> Claim:
     claim = "Without the causal mask the model copies its input: its loss collapses to about 0, then generation fails"
     criterion = (
-        "unmasked: training loss (last 10 steps) < 0.1 nats, and its greedy generation on held-out pairs below the "
-        "masked model's (token accuracy)"
+        "unmasked: training loss (last 10 steps) < 0.1 nats, and its greedy generation on 40 held-out pairs at "
+        "least 10 points of token accuracy below the masked model's"
     )
     if mask is None:
         return Claim("8.3", claim, "§3.2.3", criterion, "not measured with --quick (two training runs)", None, False)
@@ -309,7 +317,7 @@ def _mask_claim(mask: dict[str, Any] | None) -> Claim:
         f"training loss {final['unmasked']:.3f} unmasked, {final['masked']:.3f} masked; held-out loss "
         f"{mask['unmasked_held_out_loss']:.2f} unmasked, {mask['masked_held_out_loss']:.2f} masked; generation "
         f"accuracy {mask['unmasked_accuracy']:.0%} unmasked, {mask['masked_accuracy']:.0%} masked",
-        bool(final["unmasked"] < 0.1 and mask["unmasked_accuracy"] < mask["masked_accuracy"]),
+        bool(final["unmasked"] < 0.1 and mask["unmasked_accuracy"] < mask["masked_accuracy"] - 0.1),
         False,
     )
 
@@ -444,7 +452,7 @@ def _texts(m: dict[str, Any]) -> list[Claim]:
             f"earlier / Transformer FLOPs {min(cheaper):.2f}x to {max(cheaper):.0f}x (the less of base and big); BLEU "
             f"gain of the lesser Transformer {min(better):+.2f} to {max(better):+.2f}",
             bool(min(cheaper) >= 100 and min(better) > 0),
-            True,
+            False,
         )
     )
     return claims + [_memory(m["memory"])]

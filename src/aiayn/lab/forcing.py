@@ -83,6 +83,7 @@ def loss_by_hand(model: Transformer, src: torch.Tensor, labels: list[int], epsil
         "epsilon": epsilon,
         "loss_by_hand": float(-right.mean()),
         "loss_library": float(F.cross_entropy(logits, target)),
+        "loss_aiayn": float(label_smoothed_nll(logits[None], target[None], 0.0, cfg.pad_id)[1]) / len(labels),
         "smoothed_by_hand": float(smoothed.mean()),
         "smoothed_library": float(F.cross_entropy(logits, target, label_smoothing=epsilon)),
         "p_right": right.exp().numpy(),
@@ -192,7 +193,7 @@ def mask_experiment(
             result[f"{name}_reads_future"] = reads_the_future(model)
             result[f"{name}_loss"] = train_briefly(model, train, steps, seed=seed)
             result[f"{name}_held_out_loss"] = held_out_loss(model, held_out)
-            result[f"{name}_accuracy"] = token_accuracy(model, held_out[:10])
+            result[f"{name}_accuracy"] = token_accuracy(model, held_out)
     return result
 
 
@@ -203,8 +204,10 @@ def shift_right(model: Transformer, src: list[int], target: list[int]) -> dict[s
     of target j moves no logit at positions <= j and moves those after it."""
     cfg = model.config
     model.eval()
+    if len(target) < 2:
+        raise ValueError(f"the target has {len(target)} piece(s); shifting needs 2 or more")
     tgt_in = [cfg.bos_id] + target[:-1]
-    j = len(target) // 2
+    j = len(target) // 2 - 1  # target j sits at decoder input j + 1, which exists
     changed = list(tgt_in)
     changed[j + 1] = next(t for t in range(cfg.target_vocab_size) if t not in (tgt_in[j + 1], cfg.pad_id, cfg.bos_id))
     logits = model(torch.tensor([src]), torch.tensor([tgt_in]))[0]  # (m, V)

@@ -65,7 +65,7 @@ def where_it_looks(
     src = source_ids(tokenizer, sentence)  # (1, S)
     tgt_in = torch.tensor([[cfg.bos_id] + output_ids[:-1]])  # (1, T)
     maps = attention_maps(model, src, tgt_in)
-    src_pieces, out_pieces = pieces(tokenizer, src[0].tolist()), pieces(tokenizer, output_ids)
+    src_pieces, out_pieces = pieces(tokenizer, src[0].tolist(), "source"), pieces(tokenizer, output_ids)
     it = find_word(src_pieces, words)
     result: dict[str, Any] = {
         "layer": layer,
@@ -120,7 +120,7 @@ def appendix_attention(model: Transformer, tokenizer: Any, layer: int | None = N
     for sentence in APPENDIX:
         src = source_ids(tokenizer, sentence)  # (1, S)
         maps = attention_maps(model, src, torch.tensor([[cfg.bos_id]]))["encoder"][layer]  # (h, S, S)
-        src_pieces = pieces(tokenizer, src[0].tolist())
+        src_pieces = pieces(tokenizer, src[0].tolist(), "source")
         words = words_of(src_pieces)
         heads = merge_to_words(maps, words)  # (h, W, W)
         labels = ["".join(src_pieces[i] for i in w).replace("▁", "") for w in words]

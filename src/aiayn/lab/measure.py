@@ -113,13 +113,6 @@ def mask_experiment(
 BASE_37K = ModelConfig.preset("base", vocab_size=37_000)  # the paper's base model and shared vocabulary (§5.1)
 
 
-def target_pieces(tokenizer: Any, ids: list[int]) -> list[str]:
-    """Target ids as the tokenizer's pieces (aiayn's shared vocabulary, or a Marian target vocabulary)."""
-    if hasattr(tokenizer, "pieces"):
-        return tokenizer.pieces(ids)
-    return [tokenizer.id_to_piece.get(int(i), f"<{i}>") for i in ids]
-
-
 def sentence_lengths(tokenizer: Any, prefix: Path, langs: tuple[str, str], limit: int = 20_000) -> list[int] | None:
     """The source lengths in pieces of the first `limit` pairs of a parallel text (None where it is not here)."""
     from ..data.sources import Source
@@ -178,9 +171,10 @@ def measure_all(
     m.update(on_model(model, tokenizer, sentence, layer))
     multi30k = REPO.parent / "shared" / "data" / "multi30k"
     valid = Source(multi30k / "val", src_lang, tgt_lang).read()
-    pair = tokenizer.encode_source(valid[0][:1])[0], tokenizer.encode_target(valid[1][:1])[0]
-    m["shift"] = {**forcing.shift_right(model, *pair), "source_text": valid[0][0], "target_text": valid[1][0]}
-    m["shift"]["pieces"] = target_pieces(tokenizer, m["shift"]["decoder_input"] + pair[1][-1:])
+    first = next(i for i, t in enumerate(tokenizer.encode_target(valid[1][:20])) if len(t) >= 4)
+    pair = tokenizer.encode_source(valid[0][first : first + 1])[0], tokenizer.encode_target([valid[1][first]])[0]
+    m["shift"] = {**forcing.shift_right(model, *pair), "source_text": valid[0][first], "target_text": valid[1][first]}
+    m["shift"]["pieces"] = anatomy.pieces(tokenizer, m["shift"]["decoder_input"] + pair[1][-1:])
     m["sentence_lengths"] = {
         name: sentence_lengths(tokenizer, prefix, (src_lang, tgt_lang), limit=2_000 if quick else 20_000)
         for name, prefix in (("Multi30k", multi30k / "train"), ("WMT 2014", REPO / "../data/wmt14-en-de/train"))

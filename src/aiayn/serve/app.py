@@ -191,7 +191,21 @@ class Api:
     async def neighbours(self, request: Request) -> Response:
         """The reference text's tokens nearest a source token by encoder state (404 when the model has no text)."""
         model, req, src_ids = await self.model_request(request, NeighboursRequest)
-        found = await model.worker.run_alone(lambda: model.inspector.neighbours(req, src_ids))
+        inspector = model.inspector
+        if req.position >= len(src_ids):
+            raise ApiError(422, "position", f"position: {req.position}, but the source has {len(src_ids)} pieces")
+        async with inspector.indexing:
+            if inspector.index is None:
+                if inspector.reference is None:
+                    raise ApiError(404, "model", inspector.no_reference)
+                try:  # the text is read off the model thread, which only encodes the sample
+                    sample, lines = await asyncio.to_thread(inspector.reference.sample)
+                    await model.worker.run_alone(lambda: inspector.build_index(sample, lines))
+                except ApiError:  # busy or stopping: the build is tried again by the next request
+                    raise
+                except Exception as err:  # noqa: BLE001  an unreadable text: said now and by every later request
+                    raise inspector.reference_failed(err) from None
+        found = await model.worker.run_alone(lambda: inspector.neighbours(req, src_ids))
         return JSONResponse(NeighboursAnswer(model=model.name, **found).dump())
 
     async def model_request(self, request: Request, schema: type) -> tuple[ServedModel, Any, list[int]]:

@@ -6,6 +6,7 @@ tree's best translation, which begins with the forced prefix when one is given.
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +36,7 @@ class Inspector:
         self.translator, self.folder, self._paper_model = translator, folder, None
         self.reference, self.no_reference = reference
         self.index: NeighbourIndex | None = None
+        self.indexing = asyncio.Lock()  # one build at a time: requests that arrive meanwhile wait for it
         tokenizer = translator.tokenizer
         if hasattr(tokenizer, "pieces"):  # aiayn's one shared vocabulary
             self.source_pieces = self.target_pieces = tokenizer.pieces
@@ -114,17 +116,9 @@ class Inspector:
         return step, src, prefix
 
     def neighbours(self, request: NeighboursRequest, src_ids: list[int]) -> dict[str, Any]:
-        """The request.k reference tokens whose encoder states are nearest the source piece at request.position."""
-        if request.position >= len(src_ids):
-            raise ApiError(422, "position", f"position: {request.position}, but the source has {len(src_ids)} pieces")
-        if self.index is None:
-            if self.reference is None:
-                raise ApiError(404, "model", self.no_reference)
-            try:
-                self.index = NeighbourIndex.build(self.translator, self.reference, self.source_pieces)
-            except (OSError, ValueError) as err:  # the text went missing or is not UTF-8: said, and not tried again
-                self.reference, self.no_reference = None, f"the reference text cannot be read: {err}"
-                raise ApiError(404, "model", self.no_reference) from None
+        """The request.k reference tokens whose encoder states are nearest the source piece at request.position (the
+        index built: `NeighbourIndex.build`, as the app does when first asked)."""
+        assert self.index is not None
         z = encode(self.translator, [src_ids])[0]  # (S, D)
         tokens = self.source_pieces(src_ids)
         return {
@@ -134,6 +128,16 @@ class Inspector:
             "index": self.index.describe(),
             "neighbours": self.index.nearest(z[request.position], request.k),
         }
+
+    def build_index(self, sample: list[str], lines: int) -> None:
+        """The neighbours' index of sentences sampled from the reference text (on the model thread)."""
+        assert self.reference is not None
+        self.index = NeighbourIndex.build(self.translator, self.reference.name, sample, lines, self.source_pieces)
+
+    def reference_failed(self, err: BaseException) -> ApiError:
+        """A reference text that could not be read or indexed: said from now on, never tried again."""
+        self.reference, self.no_reference = None, f"the reference text cannot be used: {err}"
+        return ApiError(404, "model", self.no_reference)
 
     def describe_reference(self) -> dict[str, Any]:
         """What /api/model says of the neighbours view: its text (and index, once built), or why there is none."""

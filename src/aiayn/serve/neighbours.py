@@ -2,7 +2,8 @@
 
 The index holds the encoder stack's output z (§3.1) at every piece of a sample of the reference text's sentences,
 each vector scaled to unit length, so that a query's nearest are its largest dot products (cosine similarity).
-It is built once per served model, on the model thread, when first asked for, and lives as long as the server.
+It is built once per served model when first asked for, and lives as long as the server: the text is read and
+sampled off the model thread (a large text takes a while), then encoded on it.
 
 The reference text is the one `aiayn serve --neighbours [NAME=]FILE` names (source-language sentences, one a
 line, plain or .gz), else, for a model trained by aiayn whose run folder is beside it (RUN/model), the source
@@ -11,10 +12,8 @@ side of that run's training data as its recipe names it.
 
 from __future__ import annotations
 
-import json
-import random
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,6 +22,8 @@ import torch
 from torch import Tensor
 
 from ..data.sources import Source, text_lines
+from ..data.vocab import sample_sentences
+from ..train.run_folder import previous_recipe
 from ..translator import Translator
 
 SAMPLE = 2000  # sentences drawn from the reference text (every one, when it has fewer)
@@ -40,43 +41,53 @@ class Reference:
     name: str
     sentences: Callable[[], Iterator[str]]
 
+    def sample(self, size: int = SAMPLE) -> tuple[list[str], int]:
+        """`size` of the text's non-empty lines drawn uniformly (reservoir sampling: the text is never held whole),
+        and how many non-empty lines there were. Reads the whole text: run it off the model thread."""
+        counted = [0]
+
+        def lines() -> Iterator[str]:
+            for line in self.sentences():
+                if line.strip():
+                    counted[0] += 1
+                    yield line
+
+        return sample_sentences(lines(), size, seed=0), counted[0]
+
 
 def reference_for(folder: Path, given: Path | None) -> tuple[Reference | None, str]:
-    """The reference text of the model in folder: the file given, else its run's training text; or None and why."""
+    """The reference text of the model in folder: the file given, else its run's training text; or None and why.
+    Nothing is read here but the run's record (a dataset the recipe names is loaded only when the index is built)."""
     if given is not None:
         return Reference(str(given), lambda: text_lines(given)), ""
-    record = folder.parent / "run.json"
-    if not record.is_file():
-        return None, f"no reference text: {HOW}"
+    run = folder.parent
     try:
-        data = json.loads(record.read_text(encoding="utf-8"))["recipe"]["data"]
-        source = Source(data["train"], data["src_lang"], data["tgt_lang"], field="data.train")
-        source.files()  # the training text may have moved since the run
-    except (OSError, ValueError, KeyError, TypeError) as err:
-        return None, f"the run's training text cannot be read ({record}: {err}); {HOW}"
-    return Reference(f"the training text of {folder.parent} ({source})", lambda: source_side(source)), ""
+        recipe = previous_recipe(run)
+        if recipe is None:
+            return None, f"no reference text: {HOW}"
+        data = recipe["data"]
+        spec = data["train"]
+        if isinstance(spec, str) and not Path(spec).is_absolute():
+            # a relative path names a file from where training ran: this folder, or the one that holds runs/
+            spec = next((str(b / spec) for b in (Path.cwd(), run.parent.parent) if _found(b / spec, data)), spec)
+        source = Source(spec, data["src_lang"], data["tgt_lang"], field="data.train")
+        name = source.files()[0] if source.kind == "files" else source  # (a text that moved since the run: said)
+    except Exception as err:  # noqa: BLE001  an unreadable record or a missing text: the view says why
+        return None, f"the run's training text cannot be read ({run}: {err}); {HOW}"
+    return Reference(f"the training text of {run} ({name})", lambda: source_side(source)), ""
+
+
+def _found(prefix: Path, data: dict[str, Any]) -> bool:
+    try:
+        Source(str(prefix), data["src_lang"], data["tgt_lang"]).files()
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+    return True
 
 
 def source_side(source: Source) -> Iterator[str]:
     for chunk in source.chunks():
         yield from chunk.src
-
-
-def sample_lines(lines: Iterable[str], n: int, seed: int = 0) -> tuple[list[str], int]:
-    """n of the non-empty lines, drawn uniformly (reservoir sampling, so the text is never held whole) and kept in
-    their order in the text; and how many non-empty lines there were."""
-    rng, kept, seen = random.Random(seed), [], 0
-    for line in lines:
-        if not line.strip():
-            continue
-        if len(kept) < n:
-            kept.append((seen, line))
-        else:
-            j = rng.randrange(seen + 1)
-            if j < n:
-                kept[j] = (seen, line)
-        seen += 1
-    return [line for _, line in sorted(kept)], seen
 
 
 class NeighbourIndex:
@@ -100,18 +111,20 @@ class NeighbourIndex:
     def build(
         cls,
         translator: Translator,
-        reference: Reference,
+        name: str,
+        sample: list[str],
+        lines: int,
         pieces_of: Callable[[list[int]], list[str]],
-        size: int = SAMPLE,
     ) -> NeighbourIndex:
-        """Encode a sample of the reference text with translator's model; sentences longer than the model takes are
-        left out and counted."""
+        """Encode the sentences sampled from the text `name` with translator's model (on the model thread);
+        sentences longer than the model takes are left out and counted."""
         start = time.perf_counter()
-        sample, lines = sample_lines(reference.sentences(), size)
         if not sample:
-            raise ValueError(f"{reference.name}: no sentences")
+            raise ValueError(f"{name}: no sentences")
         ids = translator.tokenizer.encode_source(sample)
         keep = [i for i, seq in enumerate(ids) if len(seq) <= translator.max_source_len]
+        if not keep:
+            raise ValueError(f"all {len(sample)} sampled sentences are longer than the model takes")
         sentences, ids = [sample[i] for i in keep], [ids[i] for i in keep]
         order = sorted(range(len(ids)), key=lambda i: len(ids[i]))  # batches of like lengths: little padding
         states: list[Tensor] = []
@@ -126,7 +139,7 @@ class NeighbourIndex:
         table = torch.nn.functional.normalize(torch.cat(states).float(), dim=-1)
         pieces = [pieces_of(seq) for seq in ids]
         return cls(
-            reference.name,
+            name,
             sentences,
             pieces,
             table,

@@ -109,7 +109,7 @@ function firstLine(lines) {
 
 async function explain() {
   if (!state.source.trim()) return;
-  const model = state.model;
+  const model = state.model, source = state.source;  // a reply for another sentence or model is dropped
   const body = {source: state.source, beam_size: Number($("beam-size").value), alpha: Number($("alpha").value),
     model: model.name};
   if (state.forced) body.target_ids = state.forced;
@@ -120,7 +120,7 @@ async function explain() {
     if (state.model === model) setStatus(err.message, true);
     return;
   }
-  if (state.model !== model) return;
+  if (state.model !== model || state.source !== source) return;
   state.explained = explained;
   if (!state.forced) {
     showSampling(state.source, explained.target_tokens);
@@ -277,7 +277,7 @@ function drawTree() {
   for (const node of nodes) {
     const p = pos.get(node.id), start = node.parent === null;
     const score = node.finished ? `= ${node.score.toFixed(2)}` : node.log_prob.toFixed(2);
-    const about = `${node.piece}, log P ${node.log_prob.toFixed(3)}` +
+    const about = `${pieceName(node.piece)}, log P ${node.log_prob.toFixed(3)}` +
       (node.finished ? `, finished, score ${node.score.toFixed(3)}` : "") + (node.forced ? ", forced" : "");
     const g = svgEl("g", {class: nodeClass(node, best), "data-testid": "tree-node", "data-node": node.id,
       "data-token": node.token, "data-best": best.has(node.id)}, svg);

@@ -99,6 +99,8 @@ async function drawPositions(model) {
   const old = document.getElementById("pe-heatmap"), canvas = old.cloneNode(false);  // no listener of another model
   old.replaceWith(canvas);
   const readout = document.getElementById("pe-readout");
+  readout.textContent = "Hover the matrix, or focus it and use the arrow keys.";  // nothing of another model's
+  document.getElementById("pe-wave-readout").textContent = "Hover the waves.";
   const cw = Math.max(1, Math.floor(640 / f.d_model)), ch = 6;
   canvas.width = f.d_model * cw;
   canvas.height = f.length * ch;
@@ -145,7 +147,7 @@ async function drawPositions(model) {
 // Tick labels beside the heat map: positions down the side, dimensions along the bottom.
 function peAxes(f, cw, ch) {
   for (const [id, n, step, size, style] of [["pe-y-axis", f.length, 10, ch, "top"], ["pe-x-axis", f.d_model,
-    Math.max(1, f.d_model / 8), cw, "left"]]) {
+    Math.max(1, Math.ceil(f.d_model / 8)), cw, "left"]]) {
     const axis = document.getElementById(id);
     axis.replaceChildren();
     axis.style[style === "top" ? "height" : "width"] = `${n * size}px`;
@@ -161,9 +163,8 @@ function drawWaves(f) {
   const dims = [...new Set(asked.filter((d) => Number.isInteger(d) && d >= 0 && d < f.d_model))].slice(0, 8);
   box.replaceChildren();
   box.dataset.dims = JSON.stringify(dims);
-  if (asked.length && dims.length < new Set(asked).size) {
-    readout.textContent = `Dimensions are whole numbers from 0 to ${f.d_model - 1}, at most 8.`;
-  }
+  readout.textContent = asked.length && dims.length < new Set(asked).size ?
+    `Dimensions are whole numbers from 0 to ${f.d_model - 1}, at most 8.` : "Hover the waves.";
   const W = 640, H = 220, m = {l: 40, r: 10, t: 10, b: 30};
   const X = (pos) => m.l + pos / Math.max(1, f.length - 1) * (W - m.l - m.r);
   const Y = (v) => m.t + (1 - v) / 2 * (H - m.t - m.b);
@@ -253,6 +254,7 @@ async function drawCost(model) {
     };
     g.addEventListener("mouseenter", show);
     g.addEventListener("focus", show);
+    for (const off of ["mouseleave", "blur"]) g.addEventListener(off, () => hover.setAttribute("visibility", "hidden"));
   }
   svg.appendChild(hover);  // drawn last: above every point
   box.appendChild(readout);

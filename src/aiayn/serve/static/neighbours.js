@@ -35,7 +35,9 @@ async function drawNeighbours() {
     n = await api("/api/neighbours", {source: near.source, position: near.position, k: Number($("neighbours-k").value),
       model: model.name});
   } catch (err) {
-    if (asked === near.asked) $("neighbours-index").textContent = err.message;
+    if (asked !== near.asked) return;
+    $("neighbours-index").textContent = err.message;
+    $("neighbours-list").replaceChildren();  // nothing of another token
     return;
   }
   if (asked !== near.asked || state.model !== model) return;
