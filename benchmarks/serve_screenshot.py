@@ -71,7 +71,7 @@ def main() -> None:
             page.wait_for_selector("body[data-ready=true]", timeout=120_000)
             page.fill("[data-testid=source]", args.sentence)
             page.click("[data-testid=translate]")
-            for view in ("beam-tree", "step-stages", "next-tokens", "neighbours-index"):
+            for view in ("beam-tree", "step-stages", "next-tokens", "neighbours-list"):
                 page.wait_for_selector(f"[data-testid={view}] *", timeout=300_000)
             page.select_option("[data-testid=attention-view]", "layer")
             page.locator("[data-testid=neighbours-position]").nth(1).click()
