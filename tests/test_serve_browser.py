@@ -97,6 +97,8 @@ def test_page_loads_without_console_errors_and_translates(page, url):
     translate(page, line, f"{by_id('beam-tree')} svg")
     expected = request(f"{url}/api/translate", {"lines": [line], "beam_size": 4})[2]["translations"][0]
     assert page.inner_text(by_id("translation")) == expected
+    for view in ("step-through", "sampling", "head-view", "neuron-view", "neighbours"):  # the views
+        page.wait_for_selector(by_id(view), state="visible")
     assert page.console_errors == []
 
 
