@@ -429,12 +429,22 @@ def test_a_parsing_recipe_with_a_bad_treebank_is_refused_by_name(tmp_path, capsy
 def test_pcfg_transform_round_trips_and_parses_its_own_training_trees(trees):
     for tree in trees:
         assert untransform(transform(tree)) == tree
+        for vertical, horizontal in ((2, 1), (3, 2), (2, 0), (1, 99)):  # Klein and Manning's orders of Markovisation
+            assert untransform(transform(tree, vertical, horizontal)) == tree
+    annotated = transform(parse_tree("(TOP (S (NP (DT the) (JJ big) (JJ red) (NN dog)) (VP (VBD ran)) (. .)))"), 3, 2)
+    assert str(annotated) == (
+        "(TOP+S (NP^S (DT the) (@NP|JJ|JJ^S (JJ big) (@NP|JJ|NN^S (JJ red) (NN dog)))) "
+        "(@S|VP|. (VP^S (VBD ran)) (. .)))"
+    )
     small = [
         parse_tree("(TOP (S (NP (DT the) (NN dog)) (VP (VBD saw) (NP (DT a) (NN cat))) (. .)))"),
         parse_tree("(TOP (S (NP (NNP John)) (VP (VBD slept)) (. .)))"),
     ]
     grammar = PCFG.train(small)
     assert [grammar.parse(t.words()) for t in small] == small
+    annotated = PCFG.train(small, vertical=2, horizontal=2)
+    assert [annotated.parse(t.words()) for t in small] == small
+    assert any("^" in s for s in annotated.symbols)
     assert str(grammar.parse("the cat saw John .".split())) == (
         "(TOP (S (NP (DT the) (NN cat)) (VP (VBD saw) (NP (NNP John))) (. .)))"
     )

@@ -2,7 +2,8 @@
 
 Before counting, unary chains are collapsed into one label (S -> VP becomes "S+VP") and wider
 constituents are binarised to the right with first-order Markov labels ("@NP|NN": the rest of an NP,
-starting with an NN), so every rule is binary, or unary over a POS tag. Words seen in training
+starting with an NN), so every rule is binary, or unary over a POS tag. Klein and Manning's (2003)
+vertical Markovisation (parent annotation, "NP^S") and other horizontal orders are options of `train`. Words seen in training
 keep the tags they had; an unknown word is scored by its shape (capital, digit, hyphen, suffix),
 estimated from the words seen once. CKY finds the most probable tree (numpy over the rules of each
 span); the transformations are undone on output.
@@ -40,24 +41,36 @@ def signature_backoffs(word: str) -> list[str]:
     return ["-".join(parts[:n]) for n in range(len(parts), 0, -1)]
 
 
-def transform(tree: Tree) -> Tree:
-    """Unary chains collapsed ("S+VP"), then right binarisation with "@X|first" labels."""
+def transform(tree: Tree, vertical: int = 1, horizontal: int = 1, parents: tuple[str, ...] = ()) -> Tree:
+    """Unary chains collapsed ("S+VP"), then right binarisation with "@X|first" labels.
+
+    Klein and Manning's (2003) orders of Markovisation: vertical v annotates each phrase with its v - 1 nearest
+    ancestors ("NP^S", "NP^VP^S"; 1: none, as the plain treebank grammar), and horizontal h names h children of
+    the rest in each "@" label ("@NP|JJ|NN" for h = 2; 0: none, "@NP"). Tags are not annotated."""
     if tree.is_preterminal:
         return tree
     label, children = tree.label, tree.children
     while len(children) == 1 and not children[0].is_preterminal:
         label, children = f"{label}+{children[0].label}", children[0].children
-    children = tuple(transform(c) for c in children)
+    above = (label.split("+")[-1], *parents)[: max(vertical - 1, 0)]  # what this node's children are annotated with
+    mark = "".join(f"^{p}" for p in parents[: max(vertical - 1, 0)])  # this node's own ancestors
+    children = tuple(transform(c, vertical, horizontal, above) for c in children)
+    base = label.split("+")[-1]
+
+    def rest_label(kids: tuple[Tree, ...]) -> str:
+        return f"@{base}" + "".join(f"|{k.label.split('^')[0]}" for k in kids[:horizontal]) + mark
+
     while len(children) > 2:  # right-factored: X -> c1 @X|c2, @X|c2 -> c2 @X|c3, ...
-        rest = Tree(f"@{label.split('+')[-1]}|{children[-2].label}", children[-2:])
-        for child in reversed(children[1:-2]):
-            rest = Tree(f"@{label.split('+')[-1]}|{child.label}", (child, rest))
+        rest = Tree(rest_label(children[-2:]), children[-2:])
+        for i in range(len(children) - 3, 0, -1):
+            rest = Tree(rest_label(children[i:]), (children[i], rest))
         children = (children[0], rest)
-    return Tree(label, children)
+    return Tree(label + mark, children)
 
 
 def untransform(tree: Tree) -> Tree:
-    """The inverse of transform: @-nodes spliced into their parents, "A+B" labels unfolded."""
+    """The inverse of transform: @-nodes spliced into their parents, "^" annotations dropped, "A+B" labels
+    unfolded."""
     if tree.is_preterminal:
         return tree
     children: list[Tree] = []
@@ -65,7 +78,7 @@ def untransform(tree: Tree) -> Tree:
         children.extend(child.children if child.label.startswith("@") else (child,))
     if tree.label.startswith("@"):  # its label may name a collapsed child ("@SBAR|S+VP"): not unfolded
         return Tree(tree.label, tuple(children))
-    labels = tree.label.split("+")
+    labels = tree.label.split("^")[0].split("+")
     node = Tree(labels[-1], tuple(children))
     for label in reversed(labels[:-1]):
         node = Tree(label, (node,))
@@ -98,11 +111,12 @@ class PCFG:
         self.roots = [i for i, s in enumerate(self.symbols) if s.split("+")[0] == TOP]
 
     @classmethod
-    def train(cls, trees: list[Tree]) -> PCFG:
-        """Count rules and words over the training trees (all under TOP)."""
+    def train(cls, trees: list[Tree], vertical: int = 1, horizontal: int = 1) -> PCFG:
+        """Count rules and words over the training trees (all under TOP), Markovised to the orders given
+        (`transform`)."""
         binary, unary, lexical, tags = Counter(), Counter(), Counter(), Counter()
         for tree in trees:
-            todo = [transform(tree)]
+            todo = [transform(tree, vertical, horizontal)]
             while todo:
                 node = todo.pop()
                 if node.is_preterminal:
