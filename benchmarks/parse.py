@@ -9,7 +9,9 @@ right-branching trees over the gold tags and the treebank PCFG (CKY) trained on 
 and the same model with the search `aiayn parse` uses, constrained to trees held to the training
 trees' tags and shapes (not in the paper), at the recipe's beam (120, chosen on dev). `--searches constrained` leaves out the §6.3 search
 (the slow one: an undertrained model writes up to input length + 300 symbols in every beam). Running it again on the same --out resumes the
-training (--minutes is the total); use a new --out for a fresh run.
+training (--minutes is the total); use a new --out for a fresh run. `--baselines-only valid --pcfg-orders 1,2 2,1 ...`
+scores the baselines alone (no training), on the test or the development files: how the PCFG's orders of
+Markovisation (PARENT_ANNOTATED) were chosen.
 """
 
 from __future__ import annotations
@@ -50,14 +52,16 @@ def row(name: str, result, seconds: float, note: str = "") -> dict:
 PARENT_ANNOTATED = {"vertical": 2, "horizontal": 1}
 
 
-def baselines(recipe) -> list[dict]:
+def baselines(recipe, split: str = "test", orders: list[dict] = (PARENT_ANNOTATED,)) -> list[dict]:
+    """Right-branching, the plain treebank PCFG and a PCFG at each of `orders`, scored on the recipe's test or
+    validation files."""
     from aiayn.parse.baselines import right_branching
     from aiayn.parse.evalb import evalb
     from aiayn.parse.pcfg import PCFG
     from aiayn.parse.trees import read_treebank
 
     d = recipe.data
-    test = read_treebank(d.archive, d.test)
+    test = read_treebank(d.archive, d.test if split == "test" else d.valid)
     gold = [str(t) for t in test]
     began = time.perf_counter()
     rows = [
@@ -68,9 +72,10 @@ def baselines(recipe) -> list[dict]:
         )
     ]
     train = read_treebank(d.archive, d.train)
-    for name, orders in (("treebank PCFG", {}), ("parent-annotated PCFG (v = 2, h = 1)", PARENT_ANNOTATED)):
+    named = [("treebank PCFG", {})] + [(f"PCFG, v = {o['vertical']}, h = {o['horizontal']}", o) for o in orders]
+    for name, order in named:
         began = time.perf_counter()
-        grammar = PCFG.train(train, **orders)
+        grammar = PCFG.train(train, **order)
         parses = [grammar.parse(t.words()) for t in test]
         failed = sum(p is None for p in parses)
         rows.append(
@@ -101,6 +106,14 @@ def main() -> None:
     parser.add_argument("--report", default="parse-benchmark.md")
     parser.add_argument("--minutes", type=float, default=100.0, help="training wall clock (default 100)")
     parser.add_argument("--searches", nargs="+", default=["paper", "constrained"], choices=["paper", "constrained"])
+    parser.add_argument(
+        "--baselines-only",
+        choices=["test", "valid"],
+        help="no training: the baselines alone on these files, with a PCFG at each of --pcfg-orders",
+    )
+    parser.add_argument(
+        "--pcfg-orders", nargs="+", default=["2,1"], metavar="V,H", help="Markovisation orders (default 2,1)"
+    )
     parser.add_argument("overrides", nargs="*", help="recipe overrides, e.g. --model.d_model=512 (after --)")
     args = parser.parse_args()
     torch.set_num_threads(2)
@@ -108,7 +121,13 @@ def main() -> None:
     stop = threading.Event()
     threading.Thread(target=load_sampler, args=(loads, stop), daemon=True).start()
     recipe = load_recipe(args.recipe, recipe_overrides(args))
-    rows = baselines(recipe)
+    orders = [dict(zip(("vertical", "horizontal"), map(int, o.split(",")))) for o in args.pcfg_orders]
+    if args.baselines_only:
+        rows = baselines(recipe, args.baselines_only, orders)
+        stop.set()
+        write_report(Path(args.report), rows, loads, 0, args.baselines_only)
+        return
+    rows = baselines(recipe, "test", orders)
     results = train(load_recipe(args.recipe, [*recipe_overrides(args), "--data.test="]), args.out)  # parsed below
     out = Path(args.out)
     test = read_treebank(recipe.data.archive, recipe.data.test)
@@ -137,9 +156,11 @@ def main() -> None:
     write_report(Path(args.report), rows, loads, args.minutes)
 
 
-def write_report(path: Path, rows: list[dict], loads: list[float], minutes: float) -> None:
+def write_report(path: Path, rows: list[dict], loads: list[float], minutes: float, split: str = "test") -> None:
+    files = "wsj_0180-0199 (245 trees)" if split == "test" else "wsj_0160-0179 (273 trees)"
     lines = [
-        f"# Parsing wsj_0180-0199 (245 trees), EVALB's rules; aiayn trained {minutes:g} min on 2 threads",
+        f"# Parsing {files}, EVALB's rules; "
+        + (f"aiayn trained {minutes:g} min on 2 threads" if minutes else "the baselines alone"),
         "",
         "| system | F1 | F1 <= 40 words | precision | recall | complete match | rejected | seconds | note |",
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",

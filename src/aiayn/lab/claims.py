@@ -6,6 +6,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from . import paths
+
 
 class Claim(NamedTuple):
     id: str  # item.number, as the report numbers them
@@ -193,7 +195,7 @@ def _real_lengths(m: dict[str, Any]) -> str:
     parts = []
     for name, lengths in (m.get("sentence_lengths") or {}).items():
         if lengths:
-            share = sum(v < WIDTH for v in lengths) / len(lengths)
+            share = paths.share_shorter(lengths, WIDTH)
             parts.append(f"{share:.1%} of {len(lengths):,} {name} sentences have n < {WIDTH} (longest {max(lengths)})")
         else:
             parts.append(f"{name}: its data is not here")

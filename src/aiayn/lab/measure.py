@@ -122,11 +122,8 @@ def sentence_lengths(tokenizer: Any, prefix: Path, langs: tuple[str, str], limit
         source.files()
     except FileNotFoundError:
         return None
-    lines: list[str] = []
-    for chunk in source.chunks(size=limit):
-        lines = chunk.src[:limit]
-        break
-    return [len(ids) for ids in tokenizer.encode_source(lines)]
+    first = next(iter(source.chunks(size=limit)), None)  # one chunk: the first `limit` pairs
+    return [len(ids) for ids in tokenizer.encode_source(first.src if first else [])]
 
 
 def run_cost(results: dict[str, Any] | None, rate: float) -> dict[str, Any]:
