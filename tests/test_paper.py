@@ -81,8 +81,10 @@ def test_bad_arguments_are_one_line_errors(tmp_path, capsys):
     assert cli_main(["paper", "--quick", "--layer", "99", "--out", str(tmp_path / "lab")]) == 2  # before training
     assert "--layer 99: the model's encoder has layers 1 to 2" in capsys.readouterr().err
     assert cli_main(["paper", "table3", "--out", str(tmp_path)]) == 2
-    assert "--minutes" in capsys.readouterr().err
-    assert cli_main(["paper", "table3", "--minutes", "1", "--rows", "h=3", "--out", str(tmp_path)]) == 2
+    assert "--steps" in capsys.readouterr().err
+    assert cli_main(["paper", "--quick", "--table3", str(tmp_path / "none"), "--out", str(tmp_path / "lab")]) == 2
+    assert "no table3.json" in capsys.readouterr().err  # before training
+    assert cli_main(["paper", "table3", "--steps", "1", "--rows", "h=3", "--out", str(tmp_path)]) == 2
     assert "unknown Table 3 rows" in capsys.readouterr().err
     assert cli_main(["paper", "--model", str(tmp_path), "--out", str(tmp_path / "lab")]) == 2  # a folder, no model
     assert "not a model directory (no config.json) nor a training folder" in capsys.readouterr().err

@@ -1,6 +1,6 @@
 """`aiayn paper [--out DIR] [--model DIR] [--quick]`: the paper's claims measured here, as a report.
 
-`aiayn paper table3 --minutes M` reruns Table 3's variations at small scale (a benchmark).
+`aiayn paper table3 --steps S` reruns Table 3's variations at small scale (a benchmark).
 """
 
 from __future__ import annotations
@@ -31,14 +31,33 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--layer", type=at_least(1), help="the encoder layer of item 6, from 1 (default: the one before the last)"
     )
     parser.add_argument(
-        "--minutes", type=number(above=0), help="training minutes: of the lab's model, or of each Table 3 row"
+        "--minutes", type=number(above=0), help="training minutes of the lab's model (default 2; --quick 0.3)"
+    )
+    parser.add_argument(
+        "--table3", help="a Table 3 run's folder (OUT/table3): claims 13.5-13.7 read its rows (default: not measured)"
+    )
+    parser.add_argument("--steps", type=at_least(1), help="table3: training steps of every row (the same tokens)")
+    parser.add_argument(
+        "--pairs", type=at_least(0), default=0, help="table3: train on the first N training pairs (default 0: all)"
+    )
+    parser.add_argument(
+        "--seeds",
+        type=at_least(1),
+        default=2,
+        help="table3: seeds of the base, and of each row closer to it than their spread (default 2)",
+    )
+    parser.add_argument(
+        "--short",
+        type=at_least(0),
+        default=0,
+        help="table3: add §3.5's two rows, trained on pairs of at most this many pieces, scored on longer ones",
     )
     parser.add_argument("--rows", nargs="*", help="table3: the rows to run (e.g. h=1 d_k=16 N=2); default all")
     parser.add_argument(
         "--base",
-        choices=["lab", "recipe"],
-        default="lab",
-        help="table3: the small base, the lab's 2+2-layer model (default) or the recipe's 3+3-layer one",
+        choices=["small", "recipe"],
+        default="small",
+        help="table3: the base, the paper's scaled down (3+3 layers, d_model 128, h 8; default) or the recipe's",
     )
     parser.add_argument(
         "--jobs",
@@ -114,9 +133,12 @@ def report(args: argparse.Namespace) -> int:
     if out.exists() and not out.is_dir():  # said now, not after minutes of measuring
         raise NotADirectoryError(f"--out {out}: a file, not a folder for the report")
     check_model(args)
+    table3 = Path(args.table3) if args.table3 else None
+    if table3 is not None and not (table3 / "table3.json").is_file():  # said now, not after minutes of measuring
+        raise FileNotFoundError(f"--table3 {table3}: no table3.json (aiayn paper table3 --out DIR writes DIR/table3)")
     model_dir, run, results = model_and_run(args, out)
     layer = None if args.layer is None else args.layer - 1
-    m = measure_all(model_dir, run, results, args.quick, layer, print)
+    m = measure_all(model_dir, run, results, args.quick, layer, print, table3)
     m["threads"] = torch.get_num_threads()
     m["trained_here"] = not args.model
     path, claims = write_report(m, out)
@@ -132,11 +154,22 @@ def table3(args: argparse.Namespace) -> int:
     from ..lab.table3 import run_table3, table_markdown
     from ..weights import write_atomic
 
-    if args.minutes is None:
-        raise ValueError("table3 needs --minutes M > 0: the training time of each row")
+    if args.steps is None:
+        raise ValueError("table3 needs --steps S: the training steps of every row")
     out = Path(args.out) / "table3"
-    rows = run_table3(out, args.minutes, args.rows, args.bleu_sentences, args.threads, args.base, jobs=args.jobs)
-    text = table_markdown(rows, args.minutes)
+    rows = run_table3(
+        out,
+        args.steps,
+        args.rows,
+        args.bleu_sentences,
+        args.threads,
+        args.base,
+        jobs=args.jobs,
+        pairs=args.pairs,
+        seeds=args.seeds,
+        short=args.short,
+    )
+    text = table_markdown(rows, args.steps)
     write_atomic(out / "table3.md", text.encode())
     write_atomic(out / "table3.json", json.dumps(rows, indent=2).encode())
     print(text)

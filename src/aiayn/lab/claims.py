@@ -57,6 +57,10 @@ PAPER_WORDS = {
     "less training compute",
     "13.4": "§5.1: each training batch contained a set of sentence pairs containing approximately 25000 source "
     "tokens and 25000 target tokens",
+    "13.5": "§5.4: this hurts perplexity, as the model learns to be more unsure, but improves accuracy and BLEU score",
+    "13.6": "§3.2.2: with a single attention head, averaging inhibits this",
+    "13.7": "§3.5: it may allow the model to extrapolate to sequence lengths longer than the ones encountered during "
+    "training",
 }
 
 
@@ -479,10 +483,95 @@ def _memory(memory: dict[str, Any]) -> Claim:
     )
 
 
+ROWS_MISSING = "not measured: needs a Table 3 run (aiayn paper table3 ... --short 20, then aiayn paper --table3 DIR)"
+
+
+def _rows(r: dict[str, Any] | None) -> list[Claim]:
+    """Claims 13.5-13.7 on Table 3's trained rows (lab/rows.py); not measured without them."""
+    smoothing = (
+        "13.5",
+        "Label smoothing hurts perplexity but improves BLEU, on the same model and steps",
+        "§5.4, Table 3 (D)",
+        "eps_ls 0 against the base's 0.1: perplexity lower and BLEU lower, each by more than the base's seed spread",
+    )
+    one_head = (
+        "13.6",
+        "One head averages: its attention spreads wider than each of h heads', and it translates worse",
+        "§3.2.2, Table 3 (A)",
+        "h = 1 against the base's h heads (d_k = d_model / h): BLEU lower by more than the seed spread; mean attention "
+        "entropy above the mean of the base's heads, encoder and encoder-decoder attention alike",
+    )
+    extrapolation = (
+        "13.7",
+        "Sinusoids let a model read longer sentences than it trained on; learned positions do not",
+        "§3.5",
+        "trained on pairs of at most L pieces: on longer validation pairs, the sinusoids' perplexity lower and BLEU "
+        "higher than learned positions', each by more than the base's seed spread",
+    )
+    if not r:
+        return [Claim(*c, ROWS_MISSING, None, False) for c in (smoothing, one_head, extrapolation)]
+    rows, tol, out = r["rows"], r["tolerance"], []
+
+    def pm(row: dict[str, Any], key: str) -> str:
+        return f"{row[key]:.2f}" + (f" ± {row[key + '_spread'] / 2:.2f}" if row.get("seeds", 1) > 1 else "")
+
+    if "eps_ls=0.0" in rows:
+        base, zero = rows["base"], rows["eps_ls=0.0"]
+        more = (
+            f"; eps_ls 0.2: {pm(rows['eps_ls=0.2'], 'ppl')}, {pm(rows['eps_ls=0.2'], 'bleu')}"
+            if "eps_ls=0.2" in rows
+            else ""
+        )
+        holds = zero["ppl"] < base["ppl"] - tol["ppl"] and base["bleu"] - zero["bleu"] > tol["bleu"]
+        out.append(
+            Claim(
+                *smoothing,
+                f"perplexity and BLEU: eps_ls 0.1 {pm(base, 'ppl')}, {pm(base, 'bleu')}; eps_ls 0 {pm(zero, 'ppl')}, "
+                f"{pm(zero, 'bleu')}{more}; tolerance {tol['ppl']:.2f} ppl, {tol['bleu']:.2f} BLEU",
+                bool(holds),
+                False,
+            )
+        )
+    else:
+        out.append(Claim(*smoothing, ROWS_MISSING, None, False))
+    if "entropy" in r:
+        e, base, one = r["entropy"], rows["base"], rows["h=1"]
+        parts = {name: (float(e["h=1"][name].mean()), float(e["base"][name].mean())) for name in ("encoder", "cross")}
+        out.append(
+            Claim(
+                *one_head,
+                f"BLEU h = 1 {pm(one, 'bleu')} against {pm(base, 'bleu')}; mean entropy, nats, h = 1 against the "
+                f"base's heads: " + ", ".join(f"{name} {a:.2f} against {b:.2f}" for name, (a, b) in parts.items()),
+                bool(base["bleu"] - one["bleu"] > tol["bleu"] and all(a > b for a, b in parts.values())),
+                False,
+            )
+        )
+    else:
+        out.append(Claim(*one_head, ROWS_MISSING, None, False))
+    if "by_length" in r:
+        sine, learned = rows["short, sinusoids"], rows["short, learned"]
+        out.append(
+            Claim(
+                *extrapolation,
+                f"L = {r['cut']}, {sine['n_long']} longer pairs: sinusoids {sine['ppl_long']:.2f} ppl, "
+                f"{sine['bleu_long']:.2f} BLEU; learned {learned['ppl_long']:.2f}, {learned['bleu_long']:.2f} (on "
+                f"lengths seen in training: {sine['ppl']:.2f} against {learned['ppl']:.2f} ppl)",
+                bool(
+                    learned["ppl_long"] - sine["ppl_long"] > tol["ppl"]
+                    and sine["bleu_long"] - learned["bleu_long"] > tol["bleu"]
+                ),
+                False,
+            )
+        )
+    else:
+        out.append(Claim(*extrapolation, ROWS_MISSING, None, False))
+    return out
+
+
 def claims_table(m: dict[str, Any]) -> list[Claim]:
     """All claims of items 2-5, 7, 8, 12 and 13, in the report's order, each with the paper's words."""
     claims = _trace(m) + _recurrence(m) + _paths(m) + _softmax(m) + _positions(m) + _forcing(m) + _details(m)
-    claims += _texts(m)
+    claims += _texts(m) + _rows(m.get("rows"))
     return [c._replace(words=PAPER_WORDS[c.id]) for c in claims]
 
 

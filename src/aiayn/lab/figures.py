@@ -348,6 +348,75 @@ def lengths_figure(m: dict[str, Any], out: Path) -> str:
     return _save(fig, out, "memory.png")
 
 
+def label_smoothing(m: dict[str, Any], out: Path) -> str | None:
+    """Item 13 (claim 13.5): Table 3's rows D, perplexity and BLEU against eps_ls, with the seeds' spread."""
+    r = m.get("rows")
+    labels = [("eps_ls=0.0", "0"), ("base", "0.1 (base)"), ("eps_ls=0.2", "0.2")]
+    present = [(k, name) for k, name in labels if r and k in r["rows"]]
+    if len(present) < 2:
+        return None
+    rows = [r["rows"][k] for k, _ in present]
+    fig, axes = plt.subplots(1, 2, figsize=(7, 3.2))
+    for ax, key, title in ((axes[0], "ppl", "dev perplexity (lower is better)"), (axes[1], "bleu", "dev BLEU")):
+        values = [row[key] for row in rows]
+        errors = [row.get(f"{key}_spread", 0) / 2 for row in rows]
+        ax.bar([name for _, name in present], values, yerr=errors, capsize=4, color="tab:blue")
+        low, high = min(values), max(values)
+        ax.set_ylim(low - (high - low + 0.1) * 1.5, high + (high - low + 0.1) * 0.8)
+        ax.set(xlabel="label smoothing eps_ls", title=title)
+        ax.grid(alpha=0.3, axis="y")
+    fig.suptitle("Table 3 rows D: the same model and steps, three eps_ls")
+    return _save(fig, out, "label_smoothing.png")
+
+
+def one_head(m: dict[str, Any], out: Path) -> str | None:
+    """Item 13 (claim 13.6): attention entropy per layer, one head against each of the base's heads."""
+    r = m.get("rows")
+    if not r or "entropy" not in r:
+        return None
+    e = r["entropy"]
+    fig, axes = plt.subplots(1, 2, figsize=(7, 3.2), sharey=True)
+    for ax, name, title in ((axes[0], "encoder", "encoder self-attention"), (axes[1], "cross", "encoder-decoder")):
+        base, one = e["base"][name], e["h=1"][name]  # (L, h), (L, 1)
+        layers = np.arange(1, len(base) + 1)
+        for i, heads_ in enumerate(base):
+            ax.scatter(
+                np.full(len(heads_), layers[i]) - 0.08,
+                heads_,
+                s=14,
+                color="tab:blue",
+                alpha=0.6,
+                label=f"the base's {base.shape[1]} heads" if i == 0 else None,
+            )
+        ax.plot(layers, base.mean(1), color="tab:blue", linewidth=1, label="their mean")
+        ax.plot(layers + 0.08, one[:, 0], "o-", color="tab:red", label="one head (h = 1)")
+        ax.set(xlabel="layer", title=title, xticks=layers)
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel("mean attention entropy, nats")
+    axes[0].legend(fontsize=8)
+    return _save(fig, out, "one_head.png")
+
+
+def extrapolation(m: dict[str, Any], out: Path) -> str | None:
+    """Item 13 (claim 13.7): perplexity by length for models trained on short pairs, sinusoids against learned."""
+    r = m.get("rows")
+    if not r or "by_length" not in r:
+        return None
+    fig, ax = plt.subplots(figsize=(6.5, 3.6))
+    for name, colour in (("sinusoids", "tab:blue"), ("learned", "tab:red")):
+        buckets = [b for b in r["by_length"][name] if b["ppl"] is not None]
+        labels = [f"{b['from']}-{b['upto']}" if b["upto"] else f"{b['from']}+" for b in buckets]
+        ax.plot(labels, [b["ppl"] for b in buckets], "o-", color=colour, label=f"{name} positions")
+    edges = [b["upto"] for b in r["by_length"]["sinusoids"] if b["ppl"] is not None]
+    seen = sum(1 for e in edges if e is not None and e <= r["cut"])
+    ax.axvline(seen - 0.5, color="black", linestyle="--", linewidth=1, label=f"trained up to {r['cut']} pieces")
+    ax.set_yscale("log")
+    ax.set(xlabel="the pair's longer side, pieces", ylabel="dev perplexity (log)", title="beyond the training lengths")
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    return _save(fig, out, "extrapolation.png")
+
+
 ALL = (
     recurrence_trace,
     layer_timings,
@@ -362,4 +431,7 @@ ALL = (
     gradient_distance,
     appendix_attention,
     lengths_figure,
+    label_smoothing,
+    one_head,
+    extrapolation,
 )

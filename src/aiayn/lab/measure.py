@@ -12,7 +12,7 @@ import torch
 
 from ..config import ModelConfig
 from ..model import Transformer
-from . import anatomy, cost, details, forcing, heads, lengths, paths, positions, recurrence, softmax, variations
+from . import anatomy, cost, details, forcing, heads, lengths, paths, positions, recurrence, rows, softmax, variations
 
 Log = Callable[[str], None]
 D_KS = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024]
@@ -148,9 +148,16 @@ def run_cost(results: dict[str, Any] | None, rate: float) -> dict[str, Any]:
 
 
 def measure_all(
-    model_dir: Path, run_dir: Path | None, results: dict[str, Any] | None, quick: bool, layer: int | None, log: Log
+    model_dir: Path,
+    run_dir: Path | None,
+    results: dict[str, Any] | None,
+    quick: bool,
+    layer: int | None,
+    log: Log,
+    table3: Path | None = None,
 ) -> dict[str, Any]:
-    """Everything the report shows; run_dir holds checkpoints (for averaging) when the lab trained the model."""
+    """Everything the report shows; run_dir holds checkpoints (for averaging) when the lab trained the model;
+    table3, a Table 3 run's folder, gives claims 13.5-13.7 (lab/rows.py)."""
     from ..data.sources import Source
     from ..model_folder import load_any
     from .trained import REPO
@@ -189,6 +196,9 @@ def measure_all(
         log("the averaged checkpoint against the last one ...")
         n = 100 if quick else 300
         m["averaging"] = details.averaged_vs_last(run_dir, valid[0][:n], valid[1][:n])
+    if table3 is not None:
+        log(f"Table 3's rows in {table3}: label smoothing, one head, positions past the training lengths ...")
+        m["rows"] = rows.measure(table3, valid)
     m["cost"] = run_cost(results, cost.machine_rate())
     m["results"] = {k: v for k, v in (results or {}).items() if isinstance(v, (int, float, str))}
     m["seconds"] = time.perf_counter() - began

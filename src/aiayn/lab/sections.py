@@ -294,6 +294,7 @@ def texts_section(m: dict[str, Any], drawn: dict[str, str]) -> list[tuple]:
             "Adam's moments, drawn out to this machine's memory.",
         ),
         ("img", drawn["lengths_figure"], "memory against the batch (claim 13.4)"),
+        *rows_blocks(m, drawn),
     ]
     rows = [
         [
@@ -324,6 +325,36 @@ def texts_section(m: dict[str, Any], drawn: dict[str, str]) -> list[tuple]:
             rows,
         ),
     ]
+    return blocks
+
+
+def rows_blocks(m: dict[str, Any], drawn: dict[str, str]) -> list[tuple]:
+    """Claims 13.5-13.7, drawn from Table 3's trained rows where the report was given them (--table3)."""
+    r = m.get("rows")
+    if not r:
+        return [
+            (
+                "p",
+                "Claims 13.5-13.7 read Table 3's trained rows: run `aiayn paper table3 --out DIR ... --short 20`, "
+                "then this report with `--table3 DIR/table3`.",
+            )
+        ]
+    blocks: list[tuple] = [("p", f"Claims 13.5-13.7 read the Table 3 run in {r['folder']} (its table: docs/paper.md).")]
+    for name, text in (
+        ("label_smoothing", "Label smoothing, the same model and steps at three eps_ls (claim 13.5):"),
+        (
+            "one_head",
+            "One head against the base's heads: how spread each head's attention is over the keys, on 200 validation "
+            "pairs (claim 13.6):",
+        ),
+        (
+            "extrapolation",
+            f"Two models trained on pairs of at most {r.get('cut', '?')} pieces, scored on every validation pair by "
+            "length (claim 13.7):",
+        ),
+    ):
+        if drawn.get(name):
+            blocks += [("p", text), ("img", drawn[name], text.rstrip(":"))]
     return blocks
 
 

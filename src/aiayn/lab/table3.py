@@ -1,14 +1,18 @@
-"""Table 3 rerun at small scale (§6.2): a small Multi30k model and each variation trained for M minutes.
+"""Table 3 rerun at small scale (§6.2): the paper's base scaled down and each variation trained for the same steps.
 
-Each row's change is taken relative to the small base, in the paper's direction and ratio: h = 1,
-h / 2, 2h, 4h (the paper's 1, 4, 16, 32 against 8); d_k / 4 and d_k / 2; N about N/3, 2N/3, 4N/3;
-d_model and d_ff halved and doubled (d_k follows d_model / h); the dropout, label smoothing and
-positions rows as in the paper. Perplexity per word piece depends on the vocabulary, so each row is
-compared with the base by direction, not by value.
+Every row sees the same tokens (the same steps of the same batch size) and differs from the base only in what
+the paper varies. Each change is made relative to the base in the paper's direction and ratio: h = 1, 4, 16,
+32 against 8 (d_k = d_v = d_model / h, computation constant); d_k / 4 and d_k / 2; N / 3, 2N / 3, 4N / 3;
+d_model and d_ff halved and doubled; the dropout, label smoothing and positions rows as in the paper. The base
+trains with several seeds, and a row closer to it than that spread gets the same seeds, so a difference is read
+against the noise. Two more rows train on short sentences only, with sinusoids and with learned positions, and
+are scored on longer ones (§3.5's extrapolation).
 """
 
 from __future__ import annotations
 
+import json
+import statistics
 from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
@@ -37,17 +41,30 @@ LABELS = (
     "eps_ls=0.2",
     "learned positions",
 )
+SHORT = {"short, sinusoids": {}, "short, learned": {"positions": "learned"}}  # §3.5: trained short, scored long
 BASES = {
-    "lab": "the lab's model (2+2 layers, d_model 128, h 4)",
-    "recipe": "the recipe's (3+3 layers, d_model 256, h 4)",
+    "small": "the paper's base scaled down (3+3 layers, d_model 128, d_ff 512, h 8)",
+    "recipe": "the recipe's model (3+3 layers, d_model 256, d_ff 1024, h 4)",
 }
+SMALL = [  # the base's shape divided by 4 in width, by 2 in depth (N = 3 keeps N / 3, 2N / 3, 4N / 3 distinct)
+    "--data.vocab_size=2000",
+    "--model.preset=tiny",
+    "--model.n_layers=3",
+    "--model.d_model=128",
+    "--model.d_ff=512",
+    "--model.n_heads=8",
+    "--train.batch_tokens=2048",
+    "--train.warmup_steps=200",
+    "--train.lr_factor=0.5",
+]
+BLEU_FLOOR, PPL_FLOOR = 0.3, 0.01  # the least tolerance: BLEU points, and a share of the base's perplexity
 
 
 def small_changes(label: str, base: ModelConfig) -> dict[str, Any]:
     """The change of Table 3's row `label`, made relative to the small base."""
     h, n, d_k = base.n_heads, base.n_layers, base.encoder.d_k
     return {
-        "h=1": {"n_heads": 1},
+        "h=1": {"n_heads": max(1, h // 8)},
         "h=4": {"n_heads": max(1, h // 2)},
         "h=16": {"n_heads": 2 * h},
         "h=32": {"n_heads": 4 * h},
@@ -65,6 +82,7 @@ def small_changes(label: str, base: ModelConfig) -> dict[str, Any]:
         "eps_ls=0.0": {"label_smoothing": 0.0},
         "eps_ls=0.2": {"label_smoothing": 0.2},
         "learned positions": {"positions": "learned"},
+        **SHORT,
     }[label]
 
 
@@ -73,52 +91,62 @@ def overrides(changes: dict[str, Any]) -> list[str]:
     return [f"--{'train' if k in TRAIN_FIELDS else 'model'}.{k}={v}" for k, v in changes.items()]
 
 
-def direction(delta: float, tolerance: float) -> int:
-    """-1, 0 or +1: the sign of a change, 0 within the tolerance."""
-    return 0 if abs(delta) <= tolerance else (1 if delta > 0 else -1)
+def score_run(
+    run: Path, valid: str, src_lang: str, tgt_lang: str, bleu_sentences: int, longer_than: int = 0
+) -> dict[str, float]:
+    """Dev perplexity (all pairs) and BLEU (beam 4, the first bleu_sentences) of run/model.
 
-
-def agreement(ours: int, paper: int) -> str:
-    """How a change here compares with the paper's: same, opposite, or one of them flat."""
-    if ours == paper:
-        return "same"
-    if ours == 0:
-        return "no change here"
-    return "paper: no change" if paper == 0 else "opposite"
-
-
-def score_run(run: Path, valid: str, src_lang: str, tgt_lang: str, bleu_sentences: int) -> dict[str, float]:
-    """Dev perplexity (all pairs) and BLEU (beam 4, the first bleu_sentences) of run/model."""
+    longer_than L > 0 scores the pairs whose longer side has more than L pieces (ppl_long, bleu_long, n_long)
+    apart from the others (ppl_short): the rows trained on pairs of at most L pieces.
+    """
     from ..data.sources import Source
     from ..evaluate import perplexity, sacre_bleu
     from ..translator import Translator
 
     translator = Translator.load(run / "model")
     src, ref = Source(valid, src_lang, tgt_lang).read()
-    ppl, _ = perplexity(
-        translator.model, translator.tokenizer.encode_source(src), translator.tokenizer.encode_target(ref)
-    )
+    src_ids, tgt_ids = translator.tokenizer.encode_source(src), translator.tokenizer.encode_target(ref)
     n = bleu_sentences or len(src)
-    bleu = sacre_bleu(translator.translate(src[:n], beam_size=4), ref[:n]).score
-    return {"ppl": ppl, "bleu": bleu}
+    if not longer_than:
+        ppl, _ = perplexity(translator.model, src_ids, tgt_ids)
+        return {"ppl": ppl, "bleu": sacre_bleu(translator.translate(src[:n], beam_size=4), ref[:n]).score}
+    long = [i for i in range(len(src)) if max(len(src_ids[i]), len(tgt_ids[i])) > longer_than]
+    short = [i for i in range(len(src)) if i not in set(long)]
+    if not long or not short:
+        raise ValueError(f"{valid}: no pairs on one side of {longer_than} pieces; choose another --short")
+    ppl_long, _ = perplexity(translator.model, [src_ids[i] for i in long], [tgt_ids[i] for i in long])
+    ppl_short, _ = perplexity(translator.model, [src_ids[i] for i in short], [tgt_ids[i] for i in short])
+    picked = long[:n]
+    hyps = translator.translate([src[i] for i in picked], beam_size=4)
+    return {
+        "ppl": ppl_short,
+        "ppl_long": ppl_long,
+        "bleu_long": sacre_bleu(hyps, [ref[i] for i in picked]).score,
+        "n_long": len(long),
+        "n_short": len(short),
+    }
 
 
-def base_overrides(base: str, minutes: float, threads: int) -> list[str]:
-    """The base run's recipe overrides: no test set, no averaging (Table 3 has none), M minutes."""
-    from .trained import FULL
-
+def base_overrides(base: str, steps: int, threads: int) -> list[str]:
+    """The rows' common overrides: the base's shape, `steps` steps, the paper's P_drop 0.1, eps_ls 0.1 and Adam
+    without weight decay, no averaging (Table 3 has none), no test set, §6.1's alpha."""
     if base not in BASES:
         raise ValueError(f"unknown Table 3 base {base!r}; choose from {', '.join(BASES)}")
     common = [
-        f"--train.max_minutes={minutes}",
+        f"--train.max_steps={steps}",
+        "--train.max_minutes=0",
         "--train.average_last=1",
-        "--train.save_every=100000",
+        "--train.keep_checkpoints=1",
+        "--train.save_every=250",
         "--train.eval_every=0",
         "--data.test=",
         "--model.p_drop=0.1",
-    ]  # Table 3's base has the paper's P_drop (the recipe's is 0.3), so row D's 0 and 0.2 mean what they do there
+        "--train.label_smoothing=0.1",
+        "--train.weight_decay=0",
+        "--train.alpha=0.6",
+    ]
     common += [f"--train.threads={threads}"] if threads else []
-    return ([o for o in FULL if "max_minutes" not in o] if base == "lab" else []) + common
+    return (SMALL if base == "small" else []) + common
 
 
 def row_changes(labels: list[str], base: ModelConfig, log: Callable[[str], None] = print) -> dict[str, dict[str, Any]]:
@@ -137,13 +165,39 @@ def row_changes(labels: list[str], base: ModelConfig, log: Callable[[str], None]
     return changes
 
 
-def row_folder(label: str) -> str:
-    """A row's run folder name: h=1 -> h-1, learned positions -> learned-positions."""
-    return label.replace("=", "-").replace(" ", "-")
+def row_folder(label: str, seed: int = 1) -> str:
+    """A row's run folder name: h=1 -> h-1, learned positions -> learned-positions, seed 2 -> h-1-seed2."""
+    name = label.replace("=", "-").replace(", ", "-").replace(" ", "-")
+    return name if seed == 1 else f"{name}-seed{seed}"
+
+
+def training_subset(out: Path, pairs: int, common: list[str], log: Callable[[str], None]) -> list[str]:
+    """The override that trains on the first `pairs` training pairs, written once to out/train-first-N.{src,tgt}.gz
+    (none for 0: all of them). Fewer pairs for the same steps: the rows make as many passes over their data as
+    the paper's base did over WMT (100,000 steps of 25,000 tokens, about 18 passes), so dropout has work to do."""
+    import gzip
+
+    from ..data.sources import Source
+    from ..weights import write_atomic
+    from .trained import multi30k_recipe
+
+    if not pairs:
+        return []
+    d = multi30k_recipe(common).data
+    prefix = out / f"train-first-{pairs}"
+    files = {lang: Path(f"{prefix}.{lang}.gz") for lang in (d.src_lang, d.tgt_lang)}
+    if not all(f.is_file() for f in files.values()):
+        src, tgt = Source(d.train, d.src_lang, d.tgt_lang, "data.train").read()
+        if pairs > len(src):
+            raise ValueError(f"--pairs {pairs:,}: {d.train} has {len(src):,} pairs")
+        log(f"the rows train on the first {pairs:,} of {len(src):,} pairs: {prefix}.*.gz")
+        for lang, lines in ((d.src_lang, src), (d.tgt_lang, tgt)):
+            write_atomic(files[lang], gzip.compress("".join(s + "\n" for s in lines[:pairs]).encode(), mtime=0))
+    return [f"--data.train={prefix}"]
 
 
 def shared_vocabulary(out: Path, common: list[str], log: Callable[[str], None]) -> Path:
-    """out/spm.model, trained once on the training text: every row reads it (Table 3 varies the model only)."""
+    """out/spm.model, trained once on the rows' training text: every row reads it (Table 3 varies the model only)."""
     from ..data.sources import Source
     from ..data.vocab import Vocab
     from .trained import multi30k_recipe
@@ -158,17 +212,23 @@ def shared_vocabulary(out: Path, common: list[str], log: Callable[[str], None]) 
 
 
 def run_row(
-    out: Path, name: str, common: list[str], changes: dict[str, Any], key: dict[str, Any], bleu_sentences: int
+    out: Path,
+    name: str,
+    common: list[str],
+    changes: dict[str, Any],
+    key: dict[str, Any],
+    bleu_sentences: int,
+    seed: int = 1,
+    short: int = 0,
 ) -> dict[str, float]:
-    """Train one row into out/name and score it. out/name/row.json keeps the scores: a rerun with the
-    same settings (key) reads them instead of training again; a run killed part way resumes."""
-    import json
-
+    """Train one row into out/name with `seed` and score it. out/name/row.json keeps the scores: a rerun with
+    the same settings (key) reads them instead of training again; a run stopped part way resumes. short > 0
+    trains on the pairs of at most `short` pieces and scores the longer ones apart."""
     from ..train.loop import train
     from ..weights import write_atomic
     from .trained import multi30k_recipe
 
-    run, key = out / name, {**key, "changes": changes}
+    run, key = out / name, {**key, "changes": changes, "seed": seed, "short": short}
     done = run / "row.json"
     if done.is_file():
         kept = json.loads(done.read_text())
@@ -179,18 +239,25 @@ def run_row(
             )
         print(f"== {name}: measured before, read from {done}", flush=True)
         return kept["measured"]
-    print(f"== {name}: {' '.join(overrides(changes)) or 'the base'}, {key['minutes']} min ...", flush=True)
-    recipe = multi30k_recipe(common + overrides(changes) + [f"--data.vocab={out / 'spm.model'}"])
+    extra = [f"--train.seed={seed}", f"--data.vocab={out / 'spm.model'}"]
+    extra += [f"--data.max_subwords={short}"] if short else []
+    print(f"== {name}: {' '.join(overrides(changes) + extra[:1] + extra[2:])}, {key['steps']:,} steps ...", flush=True)
+    recipe = multi30k_recipe(common + overrides(changes) + extra)
     results = train(recipe, run, log=lambda _: None)
-    if results.get("minutes", 0) < 0.99 * key["minutes"]:  # Ctrl-C: training stopped early, its checkpoint saved
+    if results.get("steps", 0) < key["steps"]:  # Ctrl-C: training stopped early, its checkpoint saved
         raise KeyboardInterrupt(
-            f"{run} stopped at {results.get('minutes', 0):.1f} of {key['minutes']} min; the same command resumes it"
+            f"{run} stopped at step {results.get('steps', 0):,} of {key['steps']:,}; the same command resumes it"
         )
     d = recipe.data
-    measured = {**score_run(run, d.valid, d.src_lang, d.tgt_lang, bleu_sentences), "steps": results.get("steps", 0)}
+    measured = {
+        **score_run(run, d.valid, d.src_lang, d.tgt_lang, bleu_sentences, short),
+        "steps": results.get("steps", 0),
+        "minutes": round(results.get("minutes", 0.0), 2),
+    }
     write_atomic(done, json.dumps({"key": key, "measured": measured}, indent=2).encode())
     print(
-        f"== {name}: {measured['steps']:,} steps, dev ppl {measured['ppl']:.2f}, BLEU {measured['bleu']:.2f}",
+        f"== {name}: {measured['steps']:,} steps, {measured['minutes']} min, "
+        + ", ".join(f"{k} {v:.2f}" for k, v in measured.items() if k.startswith(("ppl", "bleu"))),
         flush=True,
     )
     return measured
@@ -198,87 +265,285 @@ def run_row(
 
 def run_table3(
     out: Path,
-    minutes: float,
+    steps: int,
     labels: list[str] | None = None,
     bleu_sentences: int = 500,
     threads: int = 0,
-    base: str = "lab",
+    base: str = "small",
     log: Callable[[str], None] = print,
     jobs: int = 1,
+    pairs: int = 0,
+    seeds: int = 2,
+    short: int = 0,
 ) -> list[dict[str, Any]]:
-    """Train the small base and each chosen row for `minutes`, score them, compare directions with the paper.
+    """Train the small base (with `seeds` seeds) and each chosen row for `steps` steps, score them, and compare
+    each group with the paper's statement; a row closer to the base than the base's seed spread is trained
+    with the same seeds. short > 0 adds the two rows of §3.5 trained on pairs of at most `short` pieces.
 
     jobs rows train at once, each in its own process with `threads` threads (default: the cores / jobs);
     rows already measured in out with the same settings are read back, not trained again.
     """
     import os
-    from concurrent.futures import ProcessPoolExecutor
-    from multiprocessing import get_context
 
     from .trained import multi30k_recipe
 
-    unknown = sorted(set(labels or ()) - set(LABELS))
+    unknown = sorted(set(labels or ()) - set(LABELS) - set(SHORT))
     if unknown:
         raise ValueError(f"unknown Table 3 rows: {', '.join(unknown)}; choose from {', '.join(LABELS)}")
-    if jobs < 1:
-        raise ValueError(f"--jobs {jobs}: at least 1 row at a time")
+    if jobs < 1 or seeds < 1:
+        raise ValueError(f"--jobs {jobs}, --seeds {seeds}: at least 1 of each")
     threads = threads or (max(1, (os.cpu_count() or 1) // jobs) if jobs > 1 else 0)
-    common = base_overrides(base, minutes, threads)
-    base_config = multi30k_recipe(common).model_config(100)
+    every = base_overrides(base, steps, threads)
+    base_config = multi30k_recipe(every).model_config(100)
     chosen = [r for r in TABLE3 if r.label in LABELS and (labels is None or r.label in labels)]
     changes = row_changes([r.label for r in chosen], base_config, log)
     out.mkdir(parents=True, exist_ok=True)
+    common = every + training_subset(out, pairs, every, log)
     shared_vocabulary(out, common, log)
     key = {
-        "minutes": minutes,
+        "steps": steps,
         "base": base,
+        "pairs": pairs,
         "threads": threads,
         "bleu_sentences": bleu_sentences,
         "attention": multi30k_recipe(common).train.attention,
-    }  # the kernel sets the steps a minute (cpu/train_attention.py)
-    log(f"{len(changes)} rows of {minutes} min, {jobs} at a time, {threads or 'default'} thread(s) each")
-    with ProcessPoolExecutor(jobs, mp_context=get_context("spawn")) if jobs > 1 else _InProcess() as pool:
-        futures = {
-            label: pool.submit(
-                run_row, out, "base" if label == "base" else row_folder(label), common, c, key, bleu_sentences
-            )
-            for label, c in changes.items()
-        }
-        measured = {label: future.result() for label, future in futures.items()}
-    paper_base, measured_base = TABLE3[0], measured["base"]
-    rows = [
-        {
-            "label": "base",
-            "group": "base",
-            "change": BASES[base],
-            **measured_base,
-            "paper_ppl": paper_base.ppl,
-            "paper_bleu": paper_base.bleu,
-            "threads": threads,
-            "jobs": jobs,
-            "attention": key["attention"],
-        }
-    ]
-    for row in (r for r in chosen if r.label in measured):
-        m = measured[row.label]
-        rows.append(
-            {
-                "label": row.label,
-                "group": row.group,
-                "change": " ".join(overrides(changes[row.label])),
-                **m,
-                "paper_ppl": row.ppl,
-                "paper_bleu": row.bleu,
-                "ppl_agrees": agreement(
-                    direction(m["ppl"] - measured_base["ppl"], 0.01 * measured_base["ppl"]),
-                    direction(row.ppl - paper_base.ppl, 0.005),
-                ),
-                "bleu_agrees": agreement(
-                    direction(m["bleu"] - measured_base["bleu"], 0.3), direction(row.bleu - paper_base.bleu, 0.05)
-                ),
+    }  # the kernel changes the arithmetic, not the steps, but keep rows of one kernel together
+    rows = [label for label in changes if label != "base"]
+    rows.sort(key=lambda label: -cost(base_config, changes[label]))  # the longest first: the jobs end together
+    shorts = [s for s in SHORT if short and (labels is None or s in labels)]
+    tasks = [("base", 1)] + [(label, 1) for label in rows] + [("base", s) for s in range(2, seeds + 1)]
+    tasks += [(s, 1) for s in shorts]
+    log(f"{len(tasks)} runs of {steps:,} steps, {jobs} at a time, {threads or 'default'} thread(s) each")
+
+    def train_all(todo: list[tuple[str, int]]) -> dict[tuple[str, int], dict[str, float]]:
+        with _pool(jobs) as pool:
+            futures = {
+                (label, seed): pool.submit(
+                    run_row,
+                    out,
+                    row_folder(label, seed),
+                    every if label in SHORT else common,  # §3.5's rows: all pairs up to `short` pieces
+                    SHORT[label] if label in SHORT else changes[label],
+                    key,
+                    bleu_sentences,
+                    seed,
+                    short if label in SHORT else 0,
+                )
+                for label, seed in todo
             }
+            return {task: future.result() for task, future in futures.items()}
+
+    measured = train_all(tasks)
+    tol = tolerance([measured["base", s] for s in range(1, seeds + 1)])
+    again = [
+        (label, seed)
+        for label in changes
+        if label != "base"
+        and close(measured[label, 1], mean_of([measured["base", s] for s in range(1, seeds + 1)]), tol)
+        for seed in range(2, seeds + 1)
+    ]
+    if again:
+        log(
+            f"{len(again)} more runs: rows within the base's seed spread ({tol['bleu']:.2f} BLEU, {tol['ppl']:.2f} ppl)"
         )
+        measured |= train_all(again)
+    return table_rows(measured, changes, shorts, seeds, base, key, jobs, tol)
+
+
+def cost(base: ModelConfig, changes: dict[str, Any]) -> float:
+    """A row's multiply-adds per token pair of 20 pieces a side, the projections and eq. (1): its queue order."""
+    c = base.replace(**{k: v for k, v in changes.items() if k not in TRAIN_FIELDS})
+    n, enc, dec = 20, c.encoder, c.decoder
+
+    def attention(s: Any) -> int:
+        return s.heads * ((2 * s.d_k + s.d_v) * c.d_model + s.d_v * c.d_model + n * (s.d_k + s.d_v))
+
+    ffn = 2 * c.d_model
+    return enc.layers * (attention(enc) + ffn * enc.d_ff) + dec.layers * (2 * attention(dec) + ffn * dec.d_ff)
+
+
+def mean_of(runs: list[dict[str, float]]) -> dict[str, float]:
+    """The seeds' mean of each score, with each score's spread (max - min) as `{name}_spread`."""
+    names = [k for k in runs[0] if k.startswith(("ppl", "bleu"))]
+    mean = {k: statistics.fmean(r[k] for r in runs) for k in names}
+    mean |= {f"{k}_spread": max(r[k] for r in runs) - min(r[k] for r in runs) for k in names}
+    kept = {k: runs[0][k] for k in ("steps", "n_long", "n_short") if k in runs[0]}
+    return mean | kept | {"seeds": len(runs)}
+
+
+def tolerance(base_runs: list[dict[str, float]]) -> dict[str, float]:
+    """The noise a difference is read against: the base's seed spread, at least BLEU_FLOOR and PPL_FLOOR of its ppl."""
+    m = mean_of(base_runs)
+    return {"bleu": max(m["bleu_spread"], BLEU_FLOOR), "ppl": max(m["ppl_spread"], PPL_FLOOR * m["ppl"])}
+
+
+def close(row: dict[str, float], base: dict[str, float], tol: dict[str, float]) -> bool:
+    """Whether a row's BLEU or perplexity is within the tolerance of the base's."""
+    return abs(row["bleu"] - base["bleu"]) <= tol["bleu"] or abs(row["ppl"] - base["ppl"]) <= tol["ppl"]
+
+
+def table_rows(
+    measured: dict[tuple[str, int], dict[str, float]],
+    changes: dict[str, dict[str, Any]],
+    shorts: list[str],
+    seeds: int,
+    base: str,
+    key: dict[str, Any],
+    jobs: int,
+    tol: dict[str, float],
+) -> list[dict[str, Any]]:
+    """One row per label: the mean over its seeds, the paper's figures, and each group's verdict."""
+    paper = {r.label: r for r in TABLE3}
+    rows = []
+    for label in [*changes, *shorts]:
+        runs = [measured[label, s] for s in range(1, seeds + 1) if (label, s) in measured]
+        row = {"label": label, **mean_of(runs)}
+        row["runs"] = runs
+        row["minutes"] = sum(r.get("minutes", 0.0) for r in runs)
+        if label in SHORT:
+            row |= {
+                "group": "§3.5",
+                "change": " ".join(overrides(SHORT[label])) or "sinusoids",
+            }
+        else:
+            p = paper[label]
+            row |= {
+                "group": p.group,
+                "change": BASES[base] if label == "base" else " ".join(overrides(changes[label])),
+                "paper_ppl": p.ppl,
+                "paper_bleu": p.bleu,
+            }
+        rows.append(row)
+    rows[0] |= {
+        "threads": key["threads"],
+        "jobs": jobs,
+        "attention": key["attention"],
+        "pairs": key["pairs"],
+        "tolerance": tol,
+    }
+    verdicts = group_verdicts({r["label"]: r for r in rows}, tol)
+    rows[0]["verdicts"] = verdicts
     return rows
+
+
+PAPER_SAYS = {
+    "A": "single-head attention is 0.9 BLEU worse than the best setting, quality also drops off with too many heads",
+    "B": "reducing the attention key size d_k hurts model quality",
+    "C": "bigger models are better",
+    "D": "dropout is very helpful in avoiding over-fitting; label smoothing hurts perplexity but improves BLEU (§5.4)",
+    "E": "learned positional embeddings: nearly identical results to the sinusoids",
+    "§3.5": "sinusoids may let the model extrapolate to sequence lengths longer than those met in training",
+}
+
+
+def group_verdicts(rows: dict[str, dict[str, Any]], tol: dict[str, float]) -> dict[str, dict[str, Any]]:
+    """Each group's statement (§6.2, PAPER_SAYS) judged on the rows present: holds True / False, and why.
+
+    Every difference a verdict reads must be larger than the tolerance (the base's seed spread, at least
+    BLEU_FLOOR and PPL_FLOOR), so a verdict is no stronger than the seeds allow.
+    """
+    b = rows["base"]
+    ppl_worse = lambda r: r["ppl"] - b["ppl"] > tol["ppl"]  # noqa: E731
+    bleu_worse = lambda r: b["bleu"] - r["bleu"] > tol["bleu"]  # noqa: E731
+    better = lambda r: b["ppl"] - r["ppl"] > tol["ppl"] or r["bleu"] - b["bleu"] > tol["bleu"]  # noqa: E731
+    worse = lambda r: (ppl_worse(r) or bleu_worse(r)) and not better(r)  # noqa: E731  one metric, and not the other
+    out: dict[str, dict[str, Any]] = {}
+
+    def judge(group: str, need: list[str], holds: Callable[[], bool], why: Callable[[], str]) -> None:
+        if all(n in rows for n in need):
+            out[group] = {"paper": PAPER_SAYS[group], "holds": bool(holds()), "why": why()}
+
+    def bleu(label: str) -> str:
+        return f"{label} {rows[label]['bleu']:.2f}"
+
+    def ppl(label: str) -> str:
+        return f"{label} {rows[label]['ppl']:.2f}"
+
+    heads = ["h=4", "base", "h=16"]
+    judge(
+        "A",
+        ["h=1", "h=32", *heads],
+        lambda: (
+            (best := max(rows[h]["bleu"] for h in heads)) - rows["h=1"]["bleu"] > tol["bleu"]
+            and best - rows["h=32"]["bleu"] > tol["bleu"]
+        ),
+        lambda: "BLEU " + ", ".join(bleu(h) for h in ["h=1", *heads, "h=32"]),
+    )
+    judge(
+        "B",
+        ["d_k=16", "d_k=32"],
+        lambda: worse(rows["d_k=16"]) and not better(rows["d_k=32"]) and not better(rows["d_k=16"]),
+        lambda: (
+            "ppl "
+            + ", ".join(ppl(x) for x in ["base", "d_k=32", "d_k=16"])
+            + "; BLEU "
+            + ", ".join(bleu(x) for x in ["base", "d_k=32", "d_k=16"])
+        ),
+    )
+    series = [
+        ["N=2", "N=4", "base", "N=8"],
+        ["d_model=256", "base", "d_model=1024"],
+        ["d_ff=1024", "base", "d_ff=4096"],
+    ]
+    present = [[x for x in s if x in rows] for s in series]
+    judge(
+        "C",
+        ["N=2", "d_model=256", "d_model=1024", "d_ff=1024", "d_ff=4096"],
+        lambda: all(
+            all(rows[big]["ppl"] - rows[small]["ppl"] <= tol["ppl"] for small, big in zip(s, s[1:]))
+            and rows[s[0]]["ppl"] - rows[s[-1]]["ppl"] > tol["ppl"]
+            for s in present
+        ),
+        lambda: "ppl, smaller to bigger: " + "; ".join(" > ".join(f"{rows[x]['ppl']:.2f}" for x in s) for s in present),
+    )
+    judge(
+        "D",
+        ["P_drop=0.0", "eps_ls=0.0"],
+        lambda: (
+            worse(rows["P_drop=0.0"])
+            and b["ppl"] - rows["eps_ls=0.0"]["ppl"] > tol["ppl"]
+            and b["bleu"] - rows["eps_ls=0.0"]["bleu"] > tol["bleu"]
+        ),
+        lambda: (
+            f"P_drop 0: {ppl('P_drop=0.0')}, {bleu('P_drop=0.0')} against the base's {b['ppl']:.2f}, "
+            f"{b['bleu']:.2f}; without label smoothing: {ppl('eps_ls=0.0')}, {bleu('eps_ls=0.0')}"
+        ),
+    )
+    judge(
+        "E",
+        ["learned positions"],
+        lambda: (
+            abs(rows["learned positions"]["ppl"] - b["ppl"]) <= 2 * tol["ppl"]
+            and abs(rows["learned positions"]["bleu"] - b["bleu"]) <= 2 * tol["bleu"]
+        ),
+        lambda: (
+            f"learned {rows['learned positions']['ppl']:.2f} ppl, {rows['learned positions']['bleu']:.2f} BLEU; "
+            f"sinusoids {b['ppl']:.2f}, {b['bleu']:.2f}; within twice the tolerance counts as equal"
+        ),
+    )
+    sine, learned = SHORT
+    judge(
+        "§3.5",
+        [sine, learned],
+        lambda: (
+            rows[sine]["ppl_long"] < rows[learned]["ppl_long"] and rows[sine]["bleu_long"] > rows[learned]["bleu_long"]
+        ),
+        lambda: (
+            "on longer pairs: sinusoids {:.2f} ppl, {:.2f} BLEU; learned {:.2f}, {:.2f} (seen lengths: {:.2f} "
+            "against {:.2f} ppl)".format(
+                *(rows[s][k] for s in SHORT for k in ("ppl_long", "bleu_long")), *(rows[s]["ppl"] for s in SHORT)
+            )
+        ),
+    )
+    return out
+
+
+def _pool(jobs: int) -> Any:
+    """A process pool of `jobs` (spawned: each row its own torch), or this process for jobs = 1."""
+    from concurrent.futures import ProcessPoolExecutor
+    from multiprocessing import get_context
+
+    return ProcessPoolExecutor(jobs, mp_context=get_context("spawn")) if jobs > 1 else _InProcess()
 
 
 class _InProcess:
@@ -294,23 +559,49 @@ class _InProcess:
         return SimpleNamespace(result=lambda: fn(*args))
 
 
-def table_markdown(rows: list[dict[str, Any]], minutes: float) -> str:
-    """The rerun beside the paper's: perplexity and BLEU, and whether each moves the same way."""
-    threads, jobs = rows[0].get("threads", 0), rows[0].get("jobs", 1)
-    how = f", {threads} thread(s) a row" if threads else ""
-    how += f", {jobs} rows at a time" if jobs > 1 else ""
-    how += f", attention kernel {rows[0]['attention']}" if rows[0].get("attention") else ""
+def table_markdown(rows: list[dict[str, Any]], steps: int) -> str:
+    """The rerun beside the paper's: perplexity and BLEU with their seed spread, and each group's verdict."""
+    first = rows[0]
+    how = f", {first['threads']} thread(s) a row" if first.get("threads") else ""
+    how += f", {first['jobs']} rows at a time" if first.get("jobs", 1) > 1 else ""
+    how += f", attention kernel {first['attention']}" if first.get("attention") else ""
+    data = f"the first {first['pairs']:,} training pairs" if first.get("pairs") else "all training pairs"
+    tol = first["tolerance"]
     lines = [
-        f"Table 3 at small scale: Multi30k En-De, {minutes} min of training a row{how}; dev perplexity per word "
-        "piece (all 1,014 pairs) and BLEU (beam 4). The direction columns compare each row's change from "
-        "the base with the paper's.",
+        f"Table 3 at small scale: Multi30k En-De, {data}, {steps:,} steps of every row{how}. Dev perplexity per "
+        "word piece (all 1,014 pairs) and BLEU (beam 4), the mean over the seeds with its spread (max - min). "
+        f"Tolerance (the base's seed spread, at least {BLEU_FLOOR} BLEU and {PPL_FLOOR:.0%}): "
+        f"{tol['bleu']:.2f} BLEU, {tol['ppl']:.2f} ppl.",
         "",
-        "| group | row | change here | steps | ppl | BLEU | paper ppl | paper BLEU | ppl direction | BLEU direction |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| group | row | change here | seeds | ppl | BLEU | paper ppl | paper BLEU | minutes |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
+        if r["group"] == "§3.5":
+            continue
+        spread = lambda k: f" ± {r[k + '_spread'] / 2:.2f}" if r["seeds"] > 1 else ""  # noqa: E731
         lines.append(
-            f"| {r['group']} | {r['label']} | {r['change']} | {r['steps']:,} | {r['ppl']:.2f} | {r['bleu']:.2f} | "
-            f"{r['paper_ppl']:.2f} | {r['paper_bleu']:.1f} | {r.get('ppl_agrees', '')} | {r.get('bleu_agrees', '')} |"
+            f"| {r['group']} | {r['label']} | {r['change']} | {r['seeds']} | {r['ppl']:.2f}{spread('ppl')} | "
+            f"{r['bleu']:.2f}{spread('bleu')} | {r['paper_ppl']:.2f} | {r['paper_bleu']:.1f} | {r['minutes']:.1f} |"
         )
+    short = [r for r in rows if r["group"] == "§3.5"]
+    if short:
+        lines += [
+            "",
+            f"§3.5 at small scale: all training pairs of at most the cut's pieces; dev pairs longer than that "
+            f"({short[0]['n_long']}) scored apart from the others ({short[0]['n_short']}).",
+            "",
+            "| row | ppl, seen lengths | ppl, longer | BLEU, longer | minutes |",
+            "|---|---|---|---|---|",
+            *(
+                f"| {r['label']} | {r['ppl']:.2f} | {r['ppl_long']:.2f} | {r['bleu_long']:.2f} | {r['minutes']:.1f} |"
+                for r in short
+            ),
+        ]
+    verdicts = first.get("verdicts", {})
+    if verdicts:
+        lines += ["", "| group | the paper says | holds here | measured |", "|---|---|---|---|"]
+        lines += [f"| {g} | {v['paper']} | {'yes' if v['holds'] else 'no'} | {v['why']} |" for g, v in verdicts.items()]
+        held = sum(v["holds"] for g, v in verdicts.items() if g in "ABCDE")
+        lines += ["", f"{held} of {sum(g in 'ABCDE' for g in verdicts)} groups A-E hold in the paper's direction."]
     return "\n".join(lines) + "\n"
