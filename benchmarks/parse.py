@@ -1,17 +1,19 @@
-"""Constituency parsing at a fixed budget (§6.3): the recipe trained for N minutes, beside two baselines.
+"""Table 4 at small scale (§6.3): the parsing recipe trained WSJ-only and semi-supervised, beside the baselines.
 
-    .venv/bin/python benchmarks/parse.py --minutes 100 --out runs/bench-parse --report parse-benchmark.md
+    .venv/bin/python benchmarks/parse.py --minutes 100 --seeds 1 2 --silver runs/silver/multi30k.trees.gz \
+        --out runs/bench-parse --report parse-benchmark.md
 
-Trains recipes/ptb-parse.yaml (wsj_0001-0159) for --minutes of wall clock on 2 threads, parses the
-test files (wsj_0180-0199, 245 trees) with §6.3's search (beam 21, alpha 0.3, input length + 300)
-and scores them with EVALB's rules (aiayn.parse.evalb); beside it, on the same trees and scorer,
-right-branching trees over the gold tags and the treebank PCFG (CKY) trained on the same files;
-and the same model with the search `aiayn parse` uses, constrained to trees held to the training
-trees' tags and shapes (not in the paper), at the recipe's beam (120, chosen on dev). `--searches constrained` leaves out the §6.3 search
-(the slow one: an undertrained model writes up to input length + 300 symbols in every beam). Running it again on the same --out resumes the
-training (--minutes is the total); use a new --out for a fresh run. `--baselines-only valid --pcfg-orders 1,2 2,1 ...`
-scores the baselines alone (no training), on the test or the development files: how the PCFG's orders of
-Markovisation (PARENT_ANNOTATED) were chosen.
+Rows as Table 4's: right-branching trees over the gold tags, the treebank PCFG, Klein and Manning's annotated PCFG
+(aiayn.parse.pcfg.BEST), then recipes/ptb-parse.yaml trained on wsj_0001-0159 alone (WSJ only) and, with --silver,
+on those trees plus silver ones (semi-supervised: `aiayn silver` writes them; --silver-trees and --gold-copies set
+the mix). Each Transformer setting trains once per --seeds seed for --minutes on 2 threads (a rerun on the same
+--out resumes it; --minutes is the total) and parses the test files (wsj_0180-0199, 245 trees) with both searches:
+§6.3's own (beam 21, alpha 0.3, input length + 300; outputs that are not trees repaired) and the constrained search
+`aiayn parse` uses (trees held to the training trees' tags and shapes, beam 120; not in the paper). Columns: EVALB's
+F1 (all, <= 40 words), precision, recall, complete match, the mean over the seeds with its spread.
+`--baselines-only valid --pcfg-orders 1,1 2,1 2,1,splits ...` scores the baselines alone (no training), on the
+test or the development files: how BEST was chosen. `--searches constrained` leaves out §6.3's search (slow on an
+undertrained model, which writes up to input length + 300 symbols in every beam).
 """
 
 from __future__ import annotations
@@ -47,19 +49,15 @@ def row(name: str, result, seconds: float, note: str = "") -> dict:
     }
 
 
-# Klein and Manning's orders of Markovisation for the stronger PCFG, chosen on the development files (wsj_0160-0179)
-# among v = 1-3, h = 1-2 (docs/parsing.md, "Baselines")
-PARENT_ANNOTATED = {"vertical": 2, "horizontal": 1}
-
-
-def baselines(recipe, split: str = "test", orders: list[dict] = (PARENT_ANNOTATED,)) -> list[dict]:
+def baselines(recipe, split: str = "test", orders: list[dict] | None = None) -> list[dict]:
     """Right-branching, the plain treebank PCFG and a PCFG at each of `orders`, scored on the recipe's test or
     validation files."""
     from aiayn.parse.baselines import right_branching
     from aiayn.parse.evalb import evalb
-    from aiayn.parse.pcfg import PCFG
+    from aiayn.parse.pcfg import BEST, PCFG
     from aiayn.parse.trees import read_treebank
 
+    orders = orders or [BEST]
     d = recipe.data
     test = read_treebank(d.archive, d.test if split == "test" else d.valid)
     gold = [str(t) for t in test]
@@ -72,7 +70,7 @@ def baselines(recipe, split: str = "test", orders: list[dict] = (PARENT_ANNOTATE
         )
     ]
     train = read_treebank(d.archive, d.train)
-    named = [("treebank PCFG", {})] + [(f"PCFG, v = {o['vertical']}, h = {o['horizontal']}", o) for o in orders]
+    named = [("treebank PCFG", {})] + [(order_name(o), o) for o in orders]
     for name, order in named:
         began = time.perf_counter()
         grammar = PCFG.train(train, **order)
@@ -89,30 +87,112 @@ def baselines(recipe, split: str = "test", orders: list[dict] = (PARENT_ANNOTATE
     return rows
 
 
+def order_name(order: dict) -> str:
+    splits = ", tag splits" if order.get("split_tags") else ""
+    return f"PCFG, v = {order['vertical']}, h = {order['horizontal']}{splits}"
+
+
+def parse_order(text: str) -> dict:
+    """ "2,1" -> v = 2, h = 1; "2,1,splits" adds Klein and Manning's tag splits."""
+    parts = text.split(",")
+    if len(parts) not in (2, 3) or (len(parts) == 3 and parts[2] != "splits"):
+        raise argparse.ArgumentTypeError(f"{text!r}: give V,H or V,H,splits")
+    return {"vertical": int(parts[0]), "horizontal": int(parts[1]), "split_tags": len(parts) == 3}
+
+
 def recipe_overrides(args: argparse.Namespace) -> list[str]:
     return [f"--train.max_minutes={args.minutes}", "--train.threads=2", *args.overrides]
 
 
-def main() -> None:
+def setting_overrides(args: argparse.Namespace, setting: str, seed: int) -> list[str]:
+    """One training run's recipe overrides: the budget, the seed, and the silver trees for semi-supervised."""
+    common = [*recipe_overrides(args), f"--train.seed={seed}", "--data.test="]  # the test trees parsed here
+    if setting == "semi-supervised":
+        common += [f"--data.silver={args.silver}", f"--data.gold_copies={args.gold_copies}"]
+        common += [f"--data.silver_trees={args.silver_trees}"]
+    return common
+
+
+def transformer_rows(args: argparse.Namespace, recipe, setting: str) -> list[dict]:
+    """Train the setting once per seed (or resume it), parse the test trees with each search, score with EVALB."""
     from aiayn.parse.evalb import evalb
     from aiayn.parse.trees import read_treebank
     from aiayn.parser import PAPER_SEARCH, Parser
     from aiayn.recipe import load_recipe
     from aiayn.train.loop import train
 
+    test = read_treebank(recipe.data.archive, recipe.data.test)
+    gold, sentences = [str(t) for t in test], [" ".join(t.words()) for t in test]
+    rows = []
+    for seed in args.seeds:
+        out = Path(args.out) / f"{setting}-seed{seed}"
+        began = time.perf_counter()
+        results = train(load_recipe(args.recipe, setting_overrides(args, setting, seed)), out)
+        trained = time.perf_counter() - began
+        note = (
+            f"seed {seed}: {results['steps']:,} steps, {results['minutes']:.1f} min, {results['epoch'] - 1} epochs, "
+            f"{results['tokens_per_s']:,.0f} tok/s"
+        )
+        for search in args.searches:
+            began = time.perf_counter()
+            beam = recipe.train.beam_size if search == "constrained" else PAPER_SEARCH["beam_size"]
+            parser = Parser.load(
+                out / "model", beam_size=beam, alpha=recipe.train.alpha, constrained=search == "constrained"
+            )
+            label = f"{'§6.3' if search == 'paper' else 'constrained'} search, beam {beam}"
+            scored = evalb(gold, parser.parse_lines(sentences))
+            rows.append(
+                {
+                    **row(f"Transformer, {setting}, {label}", scored, time.perf_counter() - began, note),
+                    "seed": seed,
+                    "train_seconds": trained,
+                    "repaired": parser.repaired,
+                }
+            )
+    return rows
+
+
+def mean_rows(rows: list[dict]) -> list[dict]:
+    """One row per system: the mean over its seeds of each score, with the spread (max - min) beside it."""
+    by: dict[str, list[dict]] = {}
+    for r in rows:
+        by.setdefault(r["system"], []).append(r)
+    out = []
+    for system, runs in by.items():
+        mean = {"system": system, "seeds": len(runs), "note": "; ".join(r["note"] for r in runs if r["note"])}
+        for k in ("f1", "f1_40", "precision", "recall", "complete_match", "seconds"):
+            values = [r[k] for r in runs]
+            mean[k], mean[f"{k}_spread"] = sum(values) / len(values), max(values) - min(values)
+        mean["rejected"] = sum(r["rejected"] for r in runs)
+        out.append(mean)
+    return out
+
+
+def main() -> None:
+    from aiayn.recipe import load_recipe
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--recipe", default="recipes/ptb-parse.yaml")
     parser.add_argument("--out", default="runs/bench-parse")
     parser.add_argument("--report", default="parse-benchmark.md")
-    parser.add_argument("--minutes", type=float, default=100.0, help="training wall clock (default 100)")
+    parser.add_argument("--minutes", type=float, default=100.0, help="training wall clock a run (default 100)")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[1], help="a training run per seed (default 1)")
     parser.add_argument("--searches", nargs="+", default=["paper", "constrained"], choices=["paper", "constrained"])
+    parser.add_argument("--silver", help="silver trees (aiayn silver): adds the semi-supervised setting")
+    parser.add_argument("--silver-trees", type=int, default=0, help="the first N silver trees (default 0: all)")
+    parser.add_argument("--gold-copies", type=int, default=1, help="the gold trees repeated this often (default 1)")
     parser.add_argument(
         "--baselines-only",
         choices=["test", "valid"],
         help="no training: the baselines alone on these files, with a PCFG at each of --pcfg-orders",
     )
     parser.add_argument(
-        "--pcfg-orders", nargs="+", default=["2,1"], metavar="V,H", help="Markovisation orders (default 2,1)"
+        "--pcfg-orders",
+        nargs="+",
+        type=parse_order,
+        default=None,
+        metavar="V,H[,splits]",
+        help="Markovisation orders, with Klein and Manning's tag splits where ',splits' (default: pcfg.BEST)",
     )
     parser.add_argument("overrides", nargs="*", help="recipe overrides, e.g. --model.d_model=512 (after --)")
     args = parser.parse_args()
@@ -121,54 +201,38 @@ def main() -> None:
     stop = threading.Event()
     threading.Thread(target=load_sampler, args=(loads, stop), daemon=True).start()
     recipe = load_recipe(args.recipe, recipe_overrides(args))
-    orders = [dict(zip(("vertical", "horizontal"), map(int, o.split(",")))) for o in args.pcfg_orders]
     if args.baselines_only:
-        rows = baselines(recipe, args.baselines_only, orders)
+        rows = baselines(recipe, args.baselines_only, args.pcfg_orders)
         stop.set()
         write_report(Path(args.report), rows, loads, 0, args.baselines_only)
         return
-    rows = baselines(recipe, "test", orders)
-    results = train(load_recipe(args.recipe, [*recipe_overrides(args), "--data.test="]), args.out)  # parsed below
-    out = Path(args.out)
-    test = read_treebank(recipe.data.archive, recipe.data.test)
-    gold, sentences = [str(t) for t in test], [" ".join(t.words()) for t in test]
-    note = (
-        f"{results['steps']:,} steps, {results['minutes']:.1f} min, {results['epoch'] - 1} epochs, "
-        f"{results['tokens_per_s']:,.0f} tok/s"
-    )
-    name = f"aiayn Transformer ({recipe.model.get('n_layers')} layers, d_model {recipe.model.get('d_model')})"
-    for search in args.searches:  # §6.3's search, or only trees held to the training trees' (not in the paper)
-        began = time.perf_counter()
-        beam = recipe.train.beam_size if search == "constrained" else PAPER_SEARCH["beam_size"]
-        parser = Parser.load(
-            out / "model", beam_size=beam, alpha=recipe.train.alpha, constrained=search == "constrained"
-        )
-        label = f"{'§6.3' if search == 'paper' else 'constrained'} search, beam {beam}"
-        rows.append(
-            row(
-                f"{name}, {label}",
-                evalb(gold, parser.parse_lines(sentences)),
-                time.perf_counter() - began,
-                f"{note}; {parser.repaired} repaired",
-            )
-        )
+    rows = baselines(recipe, "test", args.pcfg_orders)
+    settings = ["WSJ only"] + (["semi-supervised"] if args.silver else [])
+    runs = [r for setting in settings for r in transformer_rows(args, recipe, setting)]
     stop.set()
-    write_report(Path(args.report), rows, loads, args.minutes)
+    write_report(Path(args.report), rows + mean_rows(runs), loads, args.minutes, runs=runs)
 
 
-def write_report(path: Path, rows: list[dict], loads: list[float], minutes: float, split: str = "test") -> None:
+def write_report(
+    path: Path, rows: list[dict], loads: list[float], minutes: float, split: str = "test", runs: list[dict] = ()
+) -> None:
     files = "wsj_0180-0199 (245 trees)" if split == "test" else "wsj_0160-0179 (273 trees)"
     lines = [
         f"# Parsing {files}, EVALB's rules; "
-        + (f"aiayn trained {minutes:g} min on 2 threads" if minutes else "the baselines alone"),
+        + (f"each Transformer run trained {minutes:g} min on 2 threads" if minutes else "the baselines alone"),
         "",
-        "| system | F1 | F1 <= 40 words | precision | recall | complete match | rejected | seconds | note |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| system | seeds | F1 | F1 <= 40 words | precision | recall | complete match | rejected | seconds | note |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
+
+    def cell(r: dict, k: str) -> str:
+        spread = r.get(f"{k}_spread")
+        return f"{r[k]:.2f}" + (f" ± {spread / 2:.2f}" if spread is not None and r.get("seeds", 1) > 1 else "")
+
     for r in rows:
         lines.append(
-            f"| {r['system']} | {r['f1']:.2f} | {r['f1_40']:.2f} | {r['precision']:.2f} | {r['recall']:.2f} | "
-            f"{r['complete_match']:.2f} | {r['rejected']} | {r['seconds']:.0f} | {r['note']} |"
+            f"| {r['system']} | {r.get('seeds', '')} | {cell(r, 'f1')} | {cell(r, 'f1_40')} | {cell(r, 'precision')} | "
+            f"{cell(r, 'recall')} | {cell(r, 'complete_match')} | {r['rejected']} | {r['seconds']:.0f} | {r['note']} |"
         )
     lines += [
         "",
@@ -176,7 +240,7 @@ def write_report(path: Path, rows: list[dict], loads: list[float], minutes: floa
         f"min {min(loads):.2f}, max {max(loads):.2f}",
         "",
         "```json",
-        json.dumps(rows, indent=2),
+        json.dumps({"rows": rows, "runs": list(runs)}, indent=2),
         "```",
         "",
     ]

@@ -431,11 +431,36 @@ def test_pcfg_transform_round_trips_and_parses_its_own_training_trees(trees):
         assert untransform(transform(tree)) == tree
         for vertical, horizontal in ((2, 1), (3, 2), (2, 0), (1, 99)):  # Klein and Manning's orders of Markovisation
             assert untransform(transform(tree, vertical, horizontal)) == tree
+            assert untransform(transform(tree, vertical, horizontal, split_tags=True)) == tree  # and their tag splits
     annotated = transform(parse_tree("(TOP (S (NP (DT the) (JJ big) (JJ red) (NN dog)) (VP (VBD ran)) (. .)))"), 3, 2)
     assert str(annotated) == (
         "(TOP+S (NP^S (DT the) (@NP|JJ|JJ^S (JJ big) (@NP|JJ|NN^S (JJ red) (NN dog)))) "
         "(@S|VP|. (VP^S (VBD ran)) (. .)))"
     )
+    split = transform(
+        parse_tree(
+            "(TOP (S (NP (NN Profit)) (VP (VBD was) (ADJP (CD 5) (NN %)) (SBAR (IN because) (S (NP (DT that)) "
+            "(VP (VBZ has) (PP (IN of) (NP (NNS sales)))))) (CC but) (VP (VBD fell))) (. .)))"
+        ),
+        2,
+        1,
+        split_tags=True,
+    )
+    preterminals = [p.label for p in split.preterminals()]
+    assert preterminals == [
+        "NN^NP",  # TAG-PA: the parent phrase
+        "VBD^VP^BE",  # SPLIT-AUX
+        "CD^ADJP",
+        "NN^ADJP^%",  # SPLIT-%
+        "IN^SBAR^VP",  # SPLIT-IN: parent and grandparent
+        "DT^NP^U",  # UNARY-DT
+        "VBZ^VP^HAVE",
+        "IN^PP^VP",
+        "NNS^NP",
+        "CC^VP^BUT",  # SPLIT-CC
+        "VBD^VP",
+        ".^S",
+    ]
     small = [
         parse_tree("(TOP (S (NP (DT the) (NN dog)) (VP (VBD saw) (NP (DT a) (NN cat))) (. .)))"),
         parse_tree("(TOP (S (NP (NNP John)) (VP (VBD slept)) (. .)))"),
@@ -445,6 +470,9 @@ def test_pcfg_transform_round_trips_and_parses_its_own_training_trees(trees):
     annotated = PCFG.train(small, vertical=2, horizontal=2)
     assert [annotated.parse(t.words()) for t in small] == small
     assert any("^" in s for s in annotated.symbols)
+    with_tags = PCFG.train(small, vertical=2, horizontal=1, split_tags=True)
+    assert [with_tags.parse(t.words()) for t in small] == small  # the splits undone on output
+    assert "DT^NP" in with_tags.tag_count and "DT" not in with_tags.tag_count
     assert str(grammar.parse("the cat saw John .".split())) == (
         "(TOP (S (NP (DT the) (NN cat)) (VP (VBD saw) (NP (NNP John))) (. .)))"
     )

@@ -39,6 +39,11 @@ class DataConfig:
     workers: int = field(default=0, metadata={"help": "processes that encode the text (0 = one per core)"})
     vocab: str = field(default="", metadata={"help": 'an existing SentencePiece model to use; "" = train one in OUT'})
     source_units: Literal["subwords", "words"] = "subwords"  # ptb only: the sentence as BPE pieces or whole words
+    # ptb only, §6.3's semi-supervised setting: trees parsed automatically (one a line, aiayn.parse.silver) added to
+    # the training trees, the first silver_trees of them (0: all), the gold trees repeated gold_copies times
+    silver: str = ""
+    silver_trees: int = 0
+    gold_copies: int = 1
     bpe_dropout: float = field(
         default=0.0,
         metadata={
@@ -138,6 +143,8 @@ RANGES = {
     "vocab_sample": (1, None),
     "workers": (0, None),
     "bpe_dropout": (0, 1),
+    "silver_trees": (0, None),
+    "gold_copies": (1, None),
     "batch_tokens": (1, None),
     "effective_batch_tokens": (0, None),
     "warmup_steps": (1, None),
@@ -298,6 +305,8 @@ def check_recipe(recipe: Recipe, where: str = "") -> None:
             check_spec(spec, f"{where}data.{name}")
     if recipe.data.source_units == "words" and recipe.data.format != "ptb":
         raise ValueError(f"{where}data.source_units: words is for parsing (format: ptb); translation uses subwords")
+    if (recipe.data.silver or recipe.data.gold_copies != 1) and recipe.data.format != "ptb":
+        raise ValueError(f"{where}data.silver and data.gold_copies are for parsing (format: ptb)")
     if recipe.data.bpe_dropout and recipe.data.format == "ptb":
         raise ValueError(f"{where}data.bpe_dropout is for translation's BPE vocabulary; parsing (format: ptb) has none")
 

@@ -22,6 +22,7 @@ COMMANDS = {
     "translate": ("translate", "translate text with a model, one line per line (§6.1 beam search)"),
     "evaluate": ("evaluate", "score translations: sacreBLEU, tokenised BLEU, chrF, perplexity"),
     "parse": ("parse", "parse tokenised sentences into trees, one line per line (§6.3)"),
+    "silver": ("silver", "parse unlabelled English with a treebank PCFG: silver trees for a parser (§6.3)"),
     "convert": ("convert", "convert a model: Marian (opus-mt) <-> aiayn, and to CTranslate2"),
     "serve": ("serve", "a web page and JSON API: translate, attention, the beam tree, the paper's figures"),
     "paper": ("paper", "the paper's claims measured here: a report with figures (or: paper table3)"),

@@ -70,6 +70,12 @@ def _checked_recipe(path: str, overrides: list[str], out: str | None):
             from ..parse.trees import check_treebank_split
 
             check_treebank_split(d.archive, getattr(d, field), f"data.{field}")
+            if field == "train" and d.silver:  # read once now: a line that is not a tree is named before any work
+                from ..parse.silver import read_trees
+
+                if not Path(d.silver).is_file():
+                    raise FileNotFoundError(f"data.silver {d.silver}: no such file (aiayn.parse.silver writes one)")
+                read_trees(d.silver, d.silver_trees)
         else:
             check_spec(getattr(d, field), f"data.{field}")
             Source(getattr(d, field), d.src_lang, d.tgt_lang, f"data.{field}").check()

@@ -244,9 +244,9 @@ def table3_section(m: dict[str, Any]) -> list[tuple]:
         ("h", 2, "11. Table 3 at small scale"),
         (
             "p",
-            "A benchmark, not part of this report: `aiayn paper table3 --minutes M` trains the small Multi30k "
-            "model and each variation for M minutes and prints dev perplexity and BLEU beside the paper's, "
-            "with whether each change moves the same way. See docs/paper.md for a run.",
+            "A benchmark, not part of this report: `aiayn paper table3 --steps S` trains the paper's base scaled "
+            "down and each variation for the same steps on Multi30k, the base with several seeds, and judges each "
+            "group as §6.2 states it against the seeds' spread. See docs/paper.md for a run.",
         ),
     ]
 

@@ -7,6 +7,9 @@
       train: wsj_0001-0159      # ranges of .mrg files instead of file prefixes
       valid: wsj_0160-0179
       test: wsj_0180-0199
+      silver: runs/silver/multi30k.trees.gz   # optional: trees parsed automatically, one a line (parse/silver.py)
+      silver_trees: 20000                     # the first N of them (0: all)
+      gold_copies: 2                          # the gold training trees, repeated to keep their share
 
 Sources are the words, targets the linearised trees; the tokenizer (OUT/parse-source.spm or, with
 `source_units: words`, OUT/parse-words.json, and OUT/parse-target.json) is built once from the
@@ -25,9 +28,19 @@ from .trees import Tree, read_treebank
 
 
 def read_split(data: DataConfig, files: str) -> tuple[list[str], list[str]]:
-    """(sentences, bracket sequences) of the trees in a file range, one pair per tree."""
-    trees = read_treebank(data.archive, files)
+    """(sentences, bracket sequences) of the trees in a file range, one pair per tree; the training range with its
+    silver trees (`training_trees`)."""
+    trees = training_trees(data) if files == data.train else read_treebank(data.archive, files)
     return sentences(trees), [" ".join(linearize(t)) for t in trees]
+
+
+def training_trees(data: DataConfig) -> list[Tree]:
+    """The gold training trees gold_copies times, then the first silver_trees trees of data.silver (§6.3's
+    semi-supervised setting; none without it)."""
+    from .silver import read_trees
+
+    gold = read_treebank(data.archive, data.train) * data.gold_copies
+    return gold + (read_trees(data.silver, data.silver_trees) if data.silver else [])
 
 
 def sentences(trees: list[Tree]) -> list[str]:
@@ -40,15 +53,21 @@ class TreebankSource:
     kind = "ptb"
 
     def __init__(self, data: DataConfig, files: str):
-        self.data, self.spec = data, files
+        self.data, self.range = data, files
+        self.spec = str(self)  # what the token store's key reads: the silver trees' share changes it
 
     def __str__(self) -> str:
-        return f"{self.data.archive}: {self.spec}"
+        d = self.data
+        if self.range != d.train or not (d.silver or d.gold_copies != 1):
+            return f"{d.archive}: {self.range}"
+        silver = f" + {d.silver_trees or 'all'} trees of {d.silver}" if d.silver else ""
+        return f"{d.archive}: {self.range} x {d.gold_copies}{silver}"
 
     def files(self) -> list[Path]:
-        return [Path(self.data.archive)]
+        silver = self.range == self.data.train and self.data.silver
+        return [Path(self.data.archive)] + ([Path(self.data.silver)] if silver else [])
 
     def chunks(self, size: int = CHUNK) -> Iterator[Chunk]:
-        src, tgt = read_split(self.data, self.spec)
+        src, tgt = read_split(self.data, self.range)
         for first in range(0, len(src), size):
             yield Chunk(first + 1, src[first : first + size], tgt[first : first + size])

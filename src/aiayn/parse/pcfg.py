@@ -3,9 +3,9 @@
 Before counting, unary chains are collapsed into one label (S -> VP becomes "S+VP") and wider
 constituents are binarised to the right with first-order Markov labels ("@NP|NN": the rest of an NP,
 starting with an NN), so every rule is binary, or unary over a POS tag. Klein and Manning's (2003)
-vertical Markovisation (parent annotation, "NP^S") and other horizontal orders are options of `train`. Words seen in training
-keep the tags they had; an unknown word is scored by its shape (capital, digit, hyphen, suffix),
-estimated from the words seen once. CKY finds the most probable tree (numpy over the rules of each
+vertical Markovisation (parent annotation, "NP^S"), other horizontal orders and their tag splits are options of `train`.
+Words seen in training keep the tags they had; an unknown word is scored by its shape (capital, digit, hyphen,
+suffix), estimated from the words seen once. CKY finds the most probable tree (numpy over the rules of each
 span); the transformations are undone on output.
 """
 
@@ -18,6 +18,9 @@ import numpy as np
 
 from .trees import TOP, Tree
 
+# Klein and Manning's settings for the strongest grammar here, chosen on the development files (wsj_0160-0179;
+# docs/results.md, "Parsing"): what benchmarks/parse.py and `aiayn silver` train
+BEST = {"vertical": 2, "horizontal": 1, "split_tags": True}
 SUFFIXES = ("ing", "ed", "ly", "ion", "er", "est", "al", "ive", "able", "ic", "ity", "s")
 
 
@@ -41,12 +44,40 @@ def signature_backoffs(word: str) -> list[str]:
     return ["-".join(parts[:n]) for n in range(len(parts), 0, -1)]
 
 
-def transform(tree: Tree, vertical: int = 1, horizontal: int = 1, parents: tuple[str, ...] = ()) -> Tree:
+AUXILIARIES = {
+    "BE": {"be", "is", "are", "am", "was", "were", "been", "being", "'s", "'re", "'m"},
+    "HAVE": {"have", "has", "had", "having", "'ve", "'d"},
+}
+
+
+def split_tag(tag: str, word: str, parent: str, grandparent: str, only_child: bool) -> str:
+    """Klein and Manning's (2003) tag splits, each as a "^" annotation that `untransform` drops: every tag
+    marked with its parent phrase (TAG-PA); IN also with the grandparent (SPLIT-IN: preposition, subordinating
+    conjunction, complementiser); forms of be and have (SPLIT-AUX); "but" and "&" among the CCs (SPLIT-CC); "%"
+    (SPLIT-%); a DT or RB alone under its phrase (UNARY-DT, UNARY-RB)."""
+    marks = [parent]
+    lower = word.lower()
+    if tag == "IN" and grandparent:
+        marks.append(grandparent)
+    if tag.startswith(("VB", "AUX")):
+        marks += [aux for aux, forms in AUXILIARIES.items() if lower in forms]
+    if tag == "CC" and lower in ("but", "&"):
+        marks.append(lower.upper())
+    if word == "%":
+        marks.append("%")
+    if tag in ("DT", "RB") and only_child:
+        marks.append("U")
+    return tag + "".join(f"^{m}" for m in marks)
+
+
+def transform(
+    tree: Tree, vertical: int = 1, horizontal: int = 1, parents: tuple[str, ...] = (), split_tags: bool = False
+) -> Tree:
     """Unary chains collapsed ("S+VP"), then right binarisation with "@X|first" labels.
 
     Klein and Manning's (2003) orders of Markovisation: vertical v annotates each phrase with its v - 1 nearest
     ancestors ("NP^S", "NP^VP^S"; 1: none, as the plain treebank grammar), and horizontal h names h children of
-    the rest in each "@" label ("@NP|JJ|NN" for h = 2; 0: none, "@NP"). Tags are not annotated."""
+    the rest in each "@" label ("@NP|JJ|NN" for h = 2; 0: none, "@NP"). split_tags: their tag splits (`split_tag`)."""
     if tree.is_preterminal:
         return tree
     label, children = tree.label, tree.children
@@ -54,8 +85,13 @@ def transform(tree: Tree, vertical: int = 1, horizontal: int = 1, parents: tuple
         label, children = f"{label}+{children[0].label}", children[0].children
     above = (label.split("+")[-1], *parents)[: max(vertical - 1, 0)]  # what this node's children are annotated with
     mark = "".join(f"^{p}" for p in parents[: max(vertical - 1, 0)])  # this node's own ancestors
-    children = tuple(transform(c, vertical, horizontal, above) for c in children)
     base = label.split("+")[-1]
+    children = tuple(
+        Tree(split_tag(c.label, c.word, base, parents[0] if parents else "", len(children) == 1), word=c.word)
+        if split_tags and c.is_preterminal
+        else transform(c, vertical, horizontal, above, split_tags)
+        for c in children
+    )
 
     def rest_label(kids: tuple[Tree, ...]) -> str:
         return f"@{base}" + "".join(f"|{k.label.split('^')[0]}" for k in kids[:horizontal]) + mark
@@ -72,7 +108,7 @@ def untransform(tree: Tree) -> Tree:
     """The inverse of transform: @-nodes spliced into their parents, "^" annotations dropped, "A+B" labels
     unfolded."""
     if tree.is_preterminal:
-        return tree
+        return Tree(tree.label.split("^")[0], word=tree.word)
     children: list[Tree] = []
     for child in (untransform(c) for c in tree.children):
         children.extend(child.children if child.label.startswith("@") else (child,))
@@ -111,12 +147,12 @@ class PCFG:
         self.roots = [i for i, s in enumerate(self.symbols) if s.split("+")[0] == TOP]
 
     @classmethod
-    def train(cls, trees: list[Tree], vertical: int = 1, horizontal: int = 1) -> PCFG:
-        """Count rules and words over the training trees (all under TOP), Markovised to the orders given
-        (`transform`)."""
+    def train(cls, trees: list[Tree], vertical: int = 1, horizontal: int = 1, split_tags: bool = False) -> PCFG:
+        """Count rules and words over the training trees (all under TOP), Markovised to the orders given and
+        with Klein and Manning's tag splits where `split_tags` (`transform`)."""
         binary, unary, lexical, tags = Counter(), Counter(), Counter(), Counter()
         for tree in trees:
-            todo = [transform(tree, vertical, horizontal)]
+            todo = [transform(tree, vertical, horizontal, split_tags=split_tags)]
             while todo:
                 node = todo.pop()
                 if node.is_preterminal:
