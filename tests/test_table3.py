@@ -81,6 +81,16 @@ def test_rows_within_the_base_spread_get_its_seeds(tmp_path, monkeypatch, data_d
     assert by["h=1"]["seeds"] == 1 and by["eps_ls=0.0"]["seeds"] == 2
     text = table3.table_markdown(out, 5)
     assert "| base | base |" in text and "20.40 ± 0.40" in text
+    calls = []
+
+    def reading_only(out, name, common, changes, key, bleu_sentences, seed=1, short=0, train_missing=True):
+        calls.append((name, train_missing))
+        return fake_run_row(out, name, common, changes, key, bleu_sentences, seed, short) if train_missing else None
+
+    monkeypatch.setattr(table3, "run_row", reading_only)
+    kept = table3.run_table3(tmp_path, 5, ["h=1", "eps_ls=0.0"], seeds=2, log=lambda _: None, reseed=False)
+    assert calls[-1] == ("eps_ls-0.0-seed2", False)  # --no-reseed: read if measured before, never trained
+    assert {r["label"]: r["seeds"] for r in kept} == {"base": 2, "h=1": 1, "eps_ls=0.0": 1}
 
 
 def test_table3_trains_scores_and_reads_rows_back(tmp_path, monkeypatch, data_dir, capsys):

@@ -47,6 +47,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="table3: seeds of the base, and of each row closer to it than their spread (default 2)",
     )
     parser.add_argument(
+        "--no-reseed",
+        action="store_true",
+        help="table3: train no further seeds of rows near the base; read those measured before",
+    )
+    parser.add_argument(
         "--short",
         type=at_least(0),
         default=0,
@@ -168,6 +173,7 @@ def table3(args: argparse.Namespace) -> int:
         pairs=args.pairs,
         seeds=args.seeds,
         short=args.short,
+        reseed=not args.no_reseed,
     )
     text = table_markdown(rows, args.steps)
     write_atomic(out / "table3.md", text.encode())

@@ -220,7 +220,8 @@ def run_row(
     bleu_sentences: int,
     seed: int = 1,
     short: int = 0,
-) -> dict[str, float]:
+    train_missing: bool = True,
+) -> dict[str, float] | None:
     """Train one row into out/name with `seed` and score it. out/name/row.json keeps the scores: a rerun with
     the same settings (key) reads them instead of training again; a run stopped part way resumes. short > 0
     trains on the pairs of at most `short` pieces and scores the longer ones apart."""
@@ -239,6 +240,8 @@ def run_row(
             )
         print(f"== {name}: measured before, read from {done}", flush=True)
         return kept["measured"]
+    if not train_missing:
+        return None
     extra = [f"--train.seed={seed}", f"--data.vocab={out / 'spm.model'}"]
     extra += [f"--data.max_subwords={short}"] if short else []
     print(f"== {name}: {' '.join(overrides(changes) + extra[:1] + extra[2:])}, {key['steps']:,} steps ...", flush=True)
@@ -275,13 +278,15 @@ def run_table3(
     pairs: int = 0,
     seeds: int = 2,
     short: int = 0,
+    reseed: bool = True,
 ) -> list[dict[str, Any]]:
     """Train the small base (with `seeds` seeds) and each chosen row for `steps` steps, score them, and compare
     each group with the paper's statement; a row closer to the base than the base's seed spread is trained
     with the same seeds. short > 0 adds the two rows of §3.5 trained on pairs of at most `short` pieces.
 
     jobs rows train at once, each in its own process with `threads` threads (default: the cores / jobs);
-    rows already measured in out with the same settings are read back, not trained again.
+    rows already measured in out with the same settings are read back, not trained again; reseed False trains
+    no further seeds of the rows near the base and reads those measured before.
     """
     import os
 
@@ -342,11 +347,17 @@ def run_table3(
         and close(measured[label, 1], mean_of([measured["base", s] for s in range(1, seeds + 1)]), tol)
         for seed in range(2, seeds + 1)
     ]
-    if again:
+    if again and reseed:
         log(
             f"{len(again)} more runs: rows within the base's seed spread ({tol['bleu']:.2f} BLEU, {tol['ppl']:.2f} ppl)"
         )
         measured |= train_all(again)
+    elif again:  # --no-reseed: the further seeds measured before, none trained
+        for label, seed in again:
+            name, c = row_folder(label, seed), changes[label]
+            kept = run_row(out, name, common, c, key, bleu_sentences, seed, 0, train_missing=False)
+            if kept is not None:
+                measured[label, seed] = kept
     return table_rows(measured, changes, shorts, seeds, base, key, jobs, tol)
 
 
