@@ -461,6 +461,8 @@ def test_pcfg_transform_round_trips_and_parses_its_own_training_trees(trees):
         "VBD^VP",
         ".^S",
     ]
+    first_order = transform(parse_tree("(TOP (S (VP (VBD sat) (PP (IN on) (NP (PRP it))))))"), 1, 1, split_tags=True)
+    assert [p.label for p in first_order.preterminals()] == ["VBD^VP", "IN^PP^VP", "PRP^NP"]  # SPLIT-IN at v = 1 too
     small = [
         parse_tree("(TOP (S (NP (DT the) (NN dog)) (VP (VBD saw) (NP (DT a) (NN cat))) (. .)))"),
         parse_tree("(TOP (S (NP (NNP John)) (VP (VBD slept)) (. .)))"),

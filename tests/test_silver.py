@@ -59,6 +59,9 @@ def test_a_parser_trains_on_gold_and_silver_trees(tmp_path, capsys):
     assert f"{silver}:6" in err and len(err.strip().splitlines()) == 1 and not (tmp_path / "bad").exists()
     assert main([*command, "--out", str(tmp_path / "none"), f"--data.silver={tmp_path / 'no.trees'}"]) == 2
     assert "data.silver" in capsys.readouterr().err and not (tmp_path / "none").exists()
+    write_trees(silver, read_treebank(ARCHIVE, "wsj_0020")[:5])
+    assert main([*command, "--out", str(tmp_path / "few"), *extra, "--data.silver_trees=9"]) == 2
+    assert "data.silver_trees 9: " in capsys.readouterr().err and not (tmp_path / "few").exists()
     assert (
         main(["train", str(REPO / "recipes" / "multi30k-en-de.yaml"), "--data.silver=x", "--out", str(tmp_path / "t")])
         == 2

@@ -25,7 +25,7 @@ def test_the_papers_own_table_holds_in_every_group():
     way fails its group."""
     verdicts = table3.group_verdicts(PAPER_ROWS, TOLERANCE)
     assert {g: v["holds"] for g, v in verdicts.items()} == {g: True for g in "ABCDE"}
-    assert "h=1 24.90" in verdicts["A"]["why"] and "6.11 > 5.19 > 4.92 > 4.88" in verdicts["C"]["why"]
+    assert "h=1 24.90" in verdicts["A"]["why"] and "6.11 -> 5.19 -> 4.92 -> 4.88" in verdicts["C"]["why"]
     flipped = {
         "A": {"h=1": {"ppl": 4.9, "bleu": 25.7}},  # one head as good as the best
         "B": {"d_k=16": {"ppl": 4.90, "bleu": 25.8}},  # smaller keys cost nothing
@@ -35,6 +35,16 @@ def test_the_papers_own_table_holds_in_every_group():
     }
     for group, change in flipped.items():
         assert not table3.group_verdicts(PAPER_ROWS | change, TOLERANCE)[group]["holds"], group
+    near = {"learned positions": {"ppl": 4.92 + 1.5 * TOLERANCE["ppl"], "bleu": 25.8}}  # 1.5 tolerances: a difference
+    assert not table3.group_verdicts(PAPER_ROWS | near, TOLERANCE)["E"]["holds"]
+    short = {"ppl": 5.0, "n_long": 400, "n_short": 600}
+    extrapolating = {
+        "short, sinusoids": {**short, "ppl_long": 9.0, "bleu_long": 20.0},
+        "short, learned": {**short, "ppl_long": 30.0, "bleu_long": 12.0},
+    }
+    assert table3.group_verdicts(PAPER_ROWS | extrapolating, TOLERANCE)["§3.5"]["holds"]
+    extrapolating["short, learned"] |= {"ppl_long": 9.02, "bleu_long": 19.9}  # within the tolerance: not shown
+    assert not table3.group_verdicts(PAPER_ROWS | extrapolating, TOLERANCE)["§3.5"]["holds"]
 
 
 def test_small_changes_keep_the_papers_directions():
@@ -122,6 +132,10 @@ def test_table3_trains_scores_and_reads_rows_back(tmp_path, monkeypatch, data_di
     with pytest.raises(KeyboardInterrupt, match="the same command resumes it"):
         table3.run_table3(folder, 2, ["eps_ls=0.2"], 2, threads=written[0]["threads"], pairs=300, seeds=1)
     assert not (folder / "eps_ls-0.2" / "row.json").exists()
+    with pytest.raises(ValueError, match="trained for other settings"):  # the vocabulary of the first 300 pairs
+        table3.run_table3(folder, 2, ["h=1"], 2, threads=written[0]["threads"], pairs=400, seeds=1)
+    with pytest.raises(ValueError, match="need --short L"):
+        table3.run_table3(folder, 2, ["short, learned"], 2, pairs=300, seeds=1)
 
     from aiayn.data.sources import Source
 

@@ -74,8 +74,10 @@ def _checked_recipe(path: str, overrides: list[str], out: str | None):
                 from ..parse.silver import read_trees
 
                 if not Path(d.silver).is_file():
-                    raise FileNotFoundError(f"data.silver {d.silver}: no such file (aiayn.parse.silver writes one)")
-                read_trees(d.silver, d.silver_trees)
+                    raise FileNotFoundError(f"data.silver {d.silver}: no such file (`aiayn silver` writes one)")
+                held = len(read_trees(d.silver, d.silver_trees))
+                if d.silver_trees and held < d.silver_trees:
+                    raise ValueError(f"data.silver_trees {d.silver_trees:,}: {d.silver} holds {held:,} trees")
         else:
             check_spec(getattr(d, field), f"data.{field}")
             Source(getattr(d, field), d.src_lang, d.tgt_lang, f"data.{field}").check()

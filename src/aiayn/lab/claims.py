@@ -483,7 +483,9 @@ def _memory(memory: dict[str, Any]) -> Claim:
     )
 
 
-ROWS_MISSING = "not measured: needs a Table 3 run (aiayn paper table3 ... --short 20, then aiayn paper --table3 DIR)"
+ROWS_MISSING = (
+    "not measured: needs a Table 3 run (aiayn paper table3 --out DIR ... --short 20, then --table3 DIR/table3)"
+)
 
 
 def _rows(r: dict[str, Any] | None) -> list[Claim]:
@@ -499,7 +501,8 @@ def _rows(r: dict[str, Any] | None) -> list[Claim]:
         "One head averages: its attention spreads wider than each of h heads', and it translates worse",
         "§3.2.2, Table 3 (A)",
         "h = 1 against the base's h heads (d_k = d_model / h): BLEU lower by more than the seed spread; mean attention "
-        "entropy above the mean of the base's heads, encoder and encoder-decoder attention alike",
+        "entropy above the mean of the base's heads, encoder and encoder-decoder attention alike (one seed each; "
+        "the direction is judged)",
     )
     extrapolation = (
         "13.7",

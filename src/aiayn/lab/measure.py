@@ -198,7 +198,7 @@ def measure_all(
         m["averaging"] = details.averaged_vs_last(run_dir, valid[0][:n], valid[1][:n])
     if table3 is not None:
         log(f"Table 3's rows in {table3}: label smoothing, one head, positions past the training lengths ...")
-        m["rows"] = rows.measure(table3, valid)
+        m["rows"] = rows.measure(table3)
     m["cost"] = run_cost(results, cost.machine_rate())
     m["results"] = {k: v for k, v in (results or {}).items() if isinstance(v, (int, float, str))}
     m["seconds"] = time.perf_counter() - began

@@ -59,10 +59,17 @@ def perplexity_by_length(
     ]
 
 
-def measure(folder: Path, valid: tuple[list[str], list[str]], pairs: int = 200) -> dict[str, Any]:
+def measure(folder: Path, valid: tuple[list[str], list[str]] | None = None, pairs: int = 200) -> dict[str, Any]:
     """The three claims' numbers from a Table 3 folder (OUT/table3): its rows, and what its models say on the
-    first `pairs` validation pairs (all of them for perplexity by length)."""
+    first `pairs` validation pairs (all of them for perplexity by length): the rows' own (Multi30k En-De) unless
+    given."""
+    from ..data.sources import Source
     from ..translator import Translator
+    from .trained import multi30k_recipe
+
+    if valid is None:
+        d = multi30k_recipe([]).data
+        valid = Source(d.valid, d.src_lang, d.tgt_lang).read()
 
     path = folder / "table3.json"
     if not path.is_file():

@@ -40,7 +40,12 @@ def training_trees(data: DataConfig) -> list[Tree]:
     from .silver import read_trees
 
     gold = read_treebank(data.archive, data.train) * data.gold_copies
-    return gold + (read_trees(data.silver, data.silver_trees) if data.silver else [])
+    if not data.silver:
+        return gold
+    silver = read_trees(data.silver, data.silver_trees)
+    if data.silver_trees and len(silver) < data.silver_trees:
+        raise ValueError(f"data.silver_trees {data.silver_trees:,}: {data.silver} holds {len(silver):,} trees")
+    return gold + silver
 
 
 def sentences(trees: list[Tree]) -> list[str]:

@@ -71,13 +71,19 @@ def split_tag(tag: str, word: str, parent: str, grandparent: str, only_child: bo
 
 
 def transform(
-    tree: Tree, vertical: int = 1, horizontal: int = 1, parents: tuple[str, ...] = (), split_tags: bool = False
+    tree: Tree,
+    vertical: int = 1,
+    horizontal: int = 1,
+    parents: tuple[str, ...] = (),
+    split_tags: bool = False,
+    parent: str = "",
 ) -> Tree:
     """Unary chains collapsed ("S+VP"), then right binarisation with "@X|first" labels.
 
     Klein and Manning's (2003) orders of Markovisation: vertical v annotates each phrase with its v - 1 nearest
     ancestors ("NP^S", "NP^VP^S"; 1: none, as the plain treebank grammar), and horizontal h names h children of
-    the rest in each "@" label ("@NP|JJ|NN" for h = 2; 0: none, "@NP"). split_tags: their tag splits (`split_tag`)."""
+    the rest in each "@" label ("@NP|JJ|NN" for h = 2; 0: none, "@NP"). split_tags: their tag splits (`split_tag`),
+    which read this node's parent label whatever v is."""
     if tree.is_preterminal:
         return tree
     label, children = tree.label, tree.children
@@ -87,9 +93,9 @@ def transform(
     mark = "".join(f"^{p}" for p in parents[: max(vertical - 1, 0)])  # this node's own ancestors
     base = label.split("+")[-1]
     children = tuple(
-        Tree(split_tag(c.label, c.word, base, parents[0] if parents else "", len(children) == 1), word=c.word)
+        Tree(split_tag(c.label, c.word, base, parent, len(children) == 1), word=c.word)
         if split_tags and c.is_preterminal
-        else transform(c, vertical, horizontal, above, split_tags)
+        else transform(c, vertical, horizontal, above, split_tags, base)
         for c in children
     )
 
