@@ -475,6 +475,10 @@ def test_pcfg_transform_round_trips_and_parses_its_own_training_trees(trees):
     with_tags = PCFG.train(small, vertical=2, horizontal=1, split_tags=True)
     assert [with_tags.parse(t.words()) for t in small] == small  # the splits undone on output
     assert "DT^NP" in with_tags.tag_count and "DT" not in with_tags.tag_count
+    alone = [*small, parse_tree("(TOP (S (NP (DT that)) (VP (VBD sat)) (. .)))")]  # "that" only as DT^NP^U
+    split = PCFG.train(alone, vertical=2, horizontal=1, split_tags=True)
+    assert split._parse("that dog sat .".split(), lenient=False) is None  # its own tag admits no tree here
+    assert str(split.parse("that dog sat .".split())) == "(TOP (S (NP (DT that) (NN dog)) (VP (VBD sat)) (. .)))"
     assert str(grammar.parse("the cat saw John .".split())) == (
         "(TOP (S (NP (DT the) (NN cat)) (VP (VBD saw) (NP (NNP John))) (. .)))"
     )

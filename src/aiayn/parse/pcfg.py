@@ -175,22 +175,29 @@ class PCFG:
         unknown = Counter((t, signature(w)) for (t, w), c in lexical.items() if words[w] == 1)
         return cls(binary, unary, lexical, unknown, tags)
 
-    def tag_scores(self, word: str) -> dict[str, float]:
-        """log P(word | tag) for the tags the word can take."""
-        if word in self.lexicon:
+    def tag_scores(self, word: str, lenient: bool = False) -> dict[str, float]:
+        """log P(word | tag) for the tags the word can take: a known word's own, an unknown word's by its shape;
+        lenient, a known word may also take the tags of its shape (its own keep their scores)."""
+        if word in self.lexicon and not lenient:
             return self.lexicon[word]
         sig = signature(word)
         open_tags = {t for t, _ in self.unknown}
-        return {t: math.log((self.unknown[t, sig] + 1e-3) / self.tag_count[t]) for t in open_tags}
+        shape = {t: math.log((self.unknown[t, sig] + 1e-3) / self.tag_count[t]) for t in open_tags}
+        return {**shape, **self.lexicon.get(word, {})}
 
     def parse(self, words: list[str]) -> Tree | None:
-        """The most probable tree over words (with the tags the grammar chooses); None if it has none."""
+        """The most probable tree over words (with the tags the grammar chooses); None if it has none. Where the
+        tags a known word took in training admit no tree (tag splits make them few), it is parsed again with
+        the tags of its shape allowed as well."""
+        return self._parse(words, False) or self._parse(words, True)
+
+    def _parse(self, words: list[str], lenient: bool) -> Tree | None:
         n, N = len(words), len(self.symbols)
         chart = np.full((n, n + 1, N), -np.inf, dtype=np.float32)  # (start, end, symbol): best log-probability
         u_lhs, u_child, u_logp = (np.array(x) for x in zip(*self.unary)) if self.unary else (np.zeros(0, int),) * 3
         for i, word in enumerate(words):
             cell = chart[i, i + 1]
-            for tag, logp in self.tag_scores(word).items():
+            for tag, logp in self.tag_scores(word, lenient).items():
                 cell[self.index[tag]] = logp
             np.maximum.at(cell, u_lhs, cell[u_child] + u_logp.astype(np.float32))  # A -> tag
         for width in range(2, n + 1):
@@ -202,13 +209,14 @@ class PCFG:
         root = max(self.roots, key=lambda r: chart[0, n, r], default=None)
         if root is None or not np.isfinite(chart[0, n, root]):
             return None
-        return untransform(self._build(chart, words, 0, n, root))
+        return untransform(self._build(chart, words, 0, n, root, lenient))
 
-    def _build(self, chart: np.ndarray, words: list[str], i: int, j: int, a: int) -> Tree:
+    def _build(self, chart: np.ndarray, words: list[str], i: int, j: int, a: int, lenient: bool) -> Tree:
         """The best derivation of symbol a over words[i:j], read back from the chart."""
         label = self.symbols[a]
         if j == i + 1:
-            if label in self.tag_count and np.isclose(chart[i, j, a], self.tag_scores(words[i]).get(label, -np.inf)):
+            lexical = self.tag_scores(words[i], lenient).get(label, -np.inf)
+            if label in self.tag_count and np.isclose(chart[i, j, a], lexical):
                 return Tree(label, word=words[i])
             _, tag = max((chart[i, j, t] + lp, t) for lhs, t, lp in self.unary if lhs == a)
             return Tree(label, (Tree(self.symbols[tag], word=words[i]),))
@@ -218,4 +226,7 @@ class PCFG:
         scores = left[:, self.b_left[rules]] + right[:, self.b_right[rules]] + self.b_logp[rules]  # (K, rules)
         k, r = np.unravel_index(int(np.argmax(scores)), scores.shape)
         b, c = self.b_left[rules][r], self.b_right[rules][r]
-        return Tree(label, (self._build(chart, words, i, i + 1 + k, b), self._build(chart, words, i + 1 + k, j, c)))
+        return Tree(
+            label,
+            (self._build(chart, words, i, i + 1 + k, b, lenient), self._build(chart, words, i + 1 + k, j, c, lenient)),
+        )
