@@ -177,13 +177,16 @@ class PCFG:
 
     def tag_scores(self, word: str, lenient: bool = False) -> dict[str, float]:
         """log P(word | tag) for the tags the word can take: a known word's own, an unknown word's by its shape;
-        lenient, a known word may also take the tags of its shape (its own keep their scores)."""
+        lenient, a known word may also take the word tags of its shape (its own keep their scores)."""
         if word in self.lexicon and not lenient:
             return self.lexicon[word]
         sig = signature(word)
         open_tags = {t for t, _ in self.unknown}
         shape = {t: math.log((self.unknown[t, sig] + 1e-3) / self.tag_count[t]) for t in open_tags}
-        return {**shape, **self.lexicon.get(word, {})}
+        if word not in self.lexicon:
+            return shape
+        words = {t: lp for t, lp in shape.items() if t[:1].isalpha()}  # never a punctuation tag: EVALB drops those
+        return {**words, **self.lexicon[word]}
 
     def parse(self, words: list[str]) -> Tree | None:
         """The most probable tree over words (with the tags the grammar chooses); None if it has none. Where the
