@@ -42,6 +42,16 @@ def test_silver_trees_are_the_same_for_a_seed(tmp_path, grammar):
     assert short == SilverReport(12, short.parsed, 0, short.too_long, short.no_parse) and short.too_long > 0
 
 
+def test_the_silver_command_writes_the_trees_it_says(tmp_path, capsys):
+    out = tmp_path / "silver.trees.gz"
+    command = ["silver", "--treebank", str(ARCHIVE), "--train", "wsj_0001-0010", "--text", str(TEXT)]
+    assert main([*command, "--sentences", "4", "--seed", "2", "--out", str(out)]) == 0
+    trees = read_trees(out)
+    assert f"{out}: {len(trees)} trees of 4 sentences drawn" in capsys.readouterr().err and 0 < len(trees) <= 4
+    assert main([*command, "--out", str(TEXT)]) == 2  # never over its input
+    assert "two files" in capsys.readouterr().err
+
+
 def test_a_parser_trains_on_gold_and_silver_trees(tmp_path, capsys):
     silver = tmp_path / "silver.trees"
     write_trees(silver, read_treebank(ARCHIVE, "wsj_0020")[:5])
