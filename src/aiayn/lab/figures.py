@@ -403,14 +403,17 @@ def extrapolation(m: dict[str, Any], out: Path) -> str | None:
     if not r or "by_length" not in r:
         return None
     fig, ax = plt.subplots(figsize=(6.5, 3.6))
-    for name, colour in (("sinusoids", "tab:blue"), ("learned", "tab:red")):
+    for name, colour, label in (("sinusoids", "tab:blue", "sinusoidal"), ("learned", "tab:red", "learned")):
         buckets = [b for b in r["by_length"][name] if b["ppl"] is not None]
         labels = [f"{b['from']}-{b['upto']}" if b["upto"] else f"{b['from']}+" for b in buckets]
-        ax.plot(labels, [b["ppl"] for b in buckets], "o-", color=colour, label=f"{name} positions")
+        ax.plot(labels, [b["ppl"] for b in buckets], "o-", color=colour, label=f"{label} positions")
     edges = [b["upto"] for b in r["by_length"]["sinusoids"] if b["ppl"] is not None]
     seen = sum(1 for e in edges if e is not None and e <= r["cut"])
     ax.axvline(seen - 0.5, color="black", linestyle="--", linewidth=1, label=f"trained up to {r['cut']} pieces")
     ax.set_yscale("log")
+    ax.yaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
+    ax.yaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+    ax.set_yticks([3, 5, 10, 20, 50])
     ax.set(xlabel="the pair's longer side, pieces", ylabel="dev perplexity (log)", title="beyond the training lengths")
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)

@@ -535,8 +535,8 @@ def group_verdicts(rows: dict[str, dict[str, Any]], tol: dict[str, float]) -> di
             and b["bleu"] - rows["eps_ls=0.0"]["bleu"] > tol["bleu"]
         ),
         lambda: (
-            f"P_drop 0: {ppl('P_drop=0.0')}, {bleu('P_drop=0.0')} against the base's {b['ppl']:.2f}, "
-            f"{b['bleu']:.2f}; without label smoothing: {ppl('eps_ls=0.0')}, {bleu('eps_ls=0.0')}"
+            f"ppl and BLEU: the base {b['ppl']:.2f}, {b['bleu']:.2f}; P_drop 0 {rows['P_drop=0.0']['ppl']:.2f}, "
+            f"{rows['P_drop=0.0']['bleu']:.2f}; eps_ls 0 {rows['eps_ls=0.0']['ppl']:.2f}, {rows['eps_ls=0.0']['bleu']:.2f}"
         ),
     )
     judge(
