@@ -479,6 +479,10 @@ def test_pcfg_transform_round_trips_and_parses_its_own_training_trees(trees):
     split = PCFG.train(alone, vertical=2, horizontal=1, split_tags=True)
     assert split._parse("that dog sat .".split(), lenient=False) is None  # its own tag admits no tree here
     assert str(split.parse("that dog sat .".split())) == "(TOP (S (NP (DT that) (NN dog)) (VP (VBD sat)) (. .)))"
+    lenient = split.tag_scores("that", lenient=True)
+    assert "DT^NP" in lenient and lenient["DT^NP^U"] == split.tag_scores("that")["DT^NP^U"]  # its own split kept
+    assert not any(t.split("^")[0] in (".", ",", ":") for t in lenient)  # a word never takes a punctuation tag
+    assert split.tag_scores(".", lenient=True) == split.tag_scores(".")  # nor a punctuation word a word's tag
     assert str(grammar.parse("the cat saw John .".split())) == (
         "(TOP (S (NP (DT the) (NN cat)) (VP (VBD saw) (NP (NNP John))) (. .)))"
     )

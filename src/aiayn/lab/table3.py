@@ -600,7 +600,7 @@ def table_markdown(rows: list[dict[str, Any]], steps: int) -> str:
     tol = first["tolerance"]
     lines = [
         f"Table 3 at small scale: Multi30k En-De, {data}, {steps:,} steps of every row{how}. Dev perplexity per "
-        "word piece (all 1,014 pairs) and BLEU (beam 4), the mean over the seeds with its spread (max - min). "
+        "word piece (all 1,014 pairs) and BLEU (beam 4), the mean over the seeds ± half their spread (max - min). "
         f"Tolerance (the base's seed spread, at least {BLEU_FLOOR} BLEU and {PPL_FLOOR:.0%}): "
         f"{tol['bleu']:.2f} BLEU, {tol['ppl']:.2f} ppl.",
         "",

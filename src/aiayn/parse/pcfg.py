@@ -16,6 +16,7 @@ from collections import Counter, defaultdict
 
 import numpy as np
 
+from .evalb import DELETE_LABELS
 from .trees import TOP, Tree
 
 # Klein and Manning's settings for the strongest grammar here, chosen on the development files (wsj_0160-0179;
@@ -176,8 +177,10 @@ class PCFG:
         return cls(binary, unary, lexical, unknown, tags)
 
     def tag_scores(self, word: str, lenient: bool = False) -> dict[str, float]:
-        """log P(word | tag) for the tags the word can take: a known word's own, an unknown word's by its shape;
-        lenient, a known word may also take the word tags of its shape (its own keep their scores)."""
+        """log P(word | tag) for the tags the word can take: a known word's own, an unknown word's by its shape.
+        lenient, a known word may also take the other splits of its own tags and the tags of its shape, scored as
+        an unknown word's; never across EVALB's line between punctuation and words (a punctuation word keeps its
+        own tags, a word takes no punctuation tag), which would make EVALB reject the sentence."""
         if word in self.lexicon and not lenient:
             return self.lexicon[word]
         sig = signature(word)
@@ -185,8 +188,14 @@ class PCFG:
         shape = {t: math.log((self.unknown[t, sig] + 1e-3) / self.tag_count[t]) for t in open_tags}
         if word not in self.lexicon:
             return shape
-        words = {t: lp for t, lp in shape.items() if t[:1].isalpha()}  # never a punctuation tag: EVALB drops those
-        return {**words, **self.lexicon[word]}
+        own = self.lexicon[word]
+        bases = {t.split("^")[0] for t in own}
+        if bases & DELETE_LABELS:
+            return own
+        splits = {t for t in self.tag_count if t.split("^")[0] in bases}
+        more = {t: math.log((self.unknown[t, sig] + 1e-3) / self.tag_count[t]) for t in splits}
+        more |= {t: lp for t, lp in shape.items() if t.split("^")[0] not in DELETE_LABELS}
+        return {**more, **own}
 
     def parse(self, words: list[str]) -> Tree | None:
         """The most probable tree over words (with the tags the grammar chooses); None if it has none. Where the
