@@ -375,15 +375,10 @@ def run_table3(
 
 
 def cost(base: ModelConfig, changes: dict[str, Any]) -> float:
-    """A row's multiply-adds per token pair of 20 pieces a side, the projections and eq. (1): its queue order."""
-    c = base.replace(**{k: v for k, v in changes.items() if k not in TRAIN_FIELDS})
-    n, enc, dec = 20, c.encoder, c.decoder
+    """A row's training FLOPs for one pair of 20 pieces a side (aiayn.train.flops): its place in the queue."""
+    from ..train.flops import train_flops
 
-    def attention(s: Any) -> int:
-        return s.heads * ((2 * s.d_k + s.d_v) * c.d_model + s.d_v * c.d_model + n * (s.d_k + s.d_v))
-
-    ffn = 2 * c.d_model
-    return enc.layers * (attention(enc) + ffn * enc.d_ff) + dec.layers * (2 * attention(dec) + ffn * dec.d_ff)
+    return train_flops(base.replace(**{k: v for k, v in changes.items() if k not in TRAIN_FIELDS}), 1, 20, 20)
 
 
 def mean_of(runs: list[dict[str, float]]) -> dict[str, float]:
