@@ -5,6 +5,9 @@ from __future__ import annotations
 import gzip
 import json
 import math
+import os
+import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -192,3 +195,45 @@ def test_entropy_and_perplexity_by_length_agree_with_references():
     assert [b["pairs"] for b in buckets] == [1, 1, 1]
     pooled = math.exp(sum(b["nll"] for b in buckets) / sum(b["tokens"] for b in buckets))
     assert pooled == pytest.approx(perplexity(model, sources, targets)[0], rel=1e-5)
+
+
+def test_row_workers_end_when_the_table_process_is_killed(tmp_path):
+    """A kill of the table's process alone (not Ctrl-C to its group) leaves no worker training on."""
+    import signal
+    import subprocess
+    import sys
+
+    if not sys.platform.startswith("linux"):
+        pytest.skip("PR_SET_PDEATHSIG is Linux's")
+    script = tmp_path / "table.py"
+    script.write_text(
+        "import time\n"
+        "from aiayn.lab.table3 import _pool\n"
+        "if __name__ == '__main__':\n"
+        "    with _pool(2) as pool:\n"
+        "        futures = [pool.submit(time.sleep, 600) for _ in range(2)]\n"
+        "        print(*pool._processes, flush=True)\n"
+        "        time.sleep(600)\n"
+    )
+    table = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    workers = [int(pid) for pid in table.stdout.readline().split()]
+    assert len(workers) == 2
+    table.send_signal(signal.SIGKILL)
+    table.wait()
+    left = workers
+    for _ in range(600):  # each worker gets SIGTERM at once; poll until both are gone (at most a minute)
+        left = [pid for pid in left if Path(f"/proc/{pid}").exists() and "Z" not in _state(pid)]
+        if not left:
+            break
+        time.sleep(0.1)
+    for pid in left:
+        os.kill(pid, signal.SIGKILL)
+    assert not left, f"workers {left} outlived the table's process"
+
+
+def _state(pid: int) -> str:
+    """/proc/PID/stat's state letter ("Z": ended, not yet reaped), or "Z" when the process is gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return "Z"

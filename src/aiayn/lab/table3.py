@@ -566,10 +566,31 @@ def group_verdicts(rows: dict[str, dict[str, Any]], tol: dict[str, float]) -> di
 
 def _pool(jobs: int) -> Any:
     """A process pool of `jobs` (spawned: each row its own torch), or this process for jobs = 1."""
+    import os
     from concurrent.futures import ProcessPoolExecutor
     from multiprocessing import get_context
 
-    return ProcessPoolExecutor(jobs, mp_context=get_context("spawn")) if jobs > 1 else _InProcess()
+    if jobs == 1:
+        return _InProcess()
+    return ProcessPoolExecutor(
+        jobs, mp_context=get_context("spawn"), initializer=_end_with_parent, initargs=(os.getpid(),)
+    )
+
+
+def _end_with_parent(parent: int) -> None:
+    """A row's worker ends when the table's process does, however it was killed (Ctrl-C reaches every process of
+    the group, a kill only the one named): Linux sends it SIGTERM then (PR_SET_PDEATHSIG), and the same command
+    resumes its row from the last checkpoint. Elsewhere a worker ends with its row."""
+    import ctypes
+    import os
+    import signal
+    import sys
+
+    if not sys.platform.startswith("linux"):
+        return
+    ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGTERM))  # 1: PR_SET_PDEATHSIG
+    if os.getppid() != parent:  # the parent ended before the request took effect
+        os.kill(os.getpid(), signal.SIGTERM)
 
 
 class _InProcess:
