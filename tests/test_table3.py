@@ -131,6 +131,10 @@ def test_table3_trains_scores_and_reads_rows_back(tmp_path, monkeypatch, data_di
     assert again[1]["ppl"] == written[1]["ppl"]
     with pytest.raises(ValueError, match="other settings"):
         table3.run_table3(folder, 3, ["h=1"], 2, threads=written[0]["threads"], pairs=300, seeds=1)
+    with monkeypatch.context() as m:  # the base's own settings changed in the code: its rows are not these
+        m.setattr(table3, "SMALL", [o for o in table3.SMALL if "lr_factor" not in o] + ["--train.lr_factor=0.5"])
+        with pytest.raises(ValueError, match="other settings"):
+            table3.run_table3(folder, 2, ["h=1"], 2, threads=written[0]["threads"], pairs=300, seeds=1)
     monkeypatch.setattr("aiayn.train.loop.train", lambda *a, **k: {"minutes": 0.001, "steps": 1})  # Ctrl-C
     with pytest.raises(KeyboardInterrupt, match="the same command resumes it"):
         table3.run_table3(folder, 2, ["eps_ls=0.2"], 2, threads=written[0]["threads"], pairs=300, seeds=1)

@@ -325,7 +325,9 @@ def run_table3(
         "threads": threads,
         "bleu_sentences": bleu_sentences,
         "attention": multi30k_recipe(common).train.attention,
-    }  # the kernel changes the arithmetic, not the steps, but keep rows of one kernel together
+        "overrides": every,
+    }  # the kernel changes the arithmetic, not the steps, but keep rows of one kernel together; the base's
+    # overrides: a row trained at another learning rate or shape of the base is never read as this one
     rows = [label for label in changes if label != "base"]
     rows.sort(key=lambda label: -cost(base_config, changes[label]))  # the longest first: the jobs end together
     shorts = [s for s in SHORT if short and (labels is None or s in labels)]
