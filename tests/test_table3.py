@@ -241,3 +241,23 @@ def _state(pid: int) -> str:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
     except OSError:
         return "Z"
+
+
+def _row_or_stop(folder: str, name: str) -> str:
+    """A stand-in row for run_queued: "stop" is a row stopped by Ctrl-C, any other leaves its mark."""
+    if name == "stop":
+        raise KeyboardInterrupt(f"{name} stopped")
+    time.sleep(0.5)
+    (Path(folder) / name).write_text(name)
+    return name
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_a_stopped_row_starts_no_further_row(tmp_path, jobs):
+    """Ctrl-C stops the table: the rows not yet started never start (a pool's own queue would run them all)."""
+    calls = {name: (str(tmp_path), name) for name in ["first", "stop", "third", "fourth", "fifth"]}
+    with pytest.raises(KeyboardInterrupt, match="stop stopped"):
+        table3.run_queued(_row_or_stop, calls, jobs)
+    assert {p.name for p in tmp_path.iterdir()} == {"first"}
+    done = table3.run_queued(_row_or_stop, {n: c for n, c in calls.items() if n != "stop"}, jobs)
+    assert list(done) == ["first", "third", "fourth", "fifth"] and list(done.values()) == list(done)

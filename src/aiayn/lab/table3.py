@@ -14,8 +14,8 @@ from __future__ import annotations
 import json
 import statistics
 from collections.abc import Callable
+from concurrent.futures import Future
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 from ..config import ModelConfig
@@ -336,22 +336,20 @@ def run_table3(
     log(f"{len(tasks)} runs of {steps:,} steps, {jobs} at a time, {threads or 'default'} thread(s) each")
 
     def train_all(todo: list[tuple[str, int]]) -> dict[tuple[str, int], dict[str, float]]:
-        with _pool(jobs) as pool:
-            futures = {
-                (label, seed): pool.submit(
-                    run_row,
-                    out,
-                    row_folder(label, seed),
-                    every if label in SHORT else common,  # §3.5's rows: all pairs up to `short` pieces
-                    SHORT[label] if label in SHORT else changes[label],
-                    key,
-                    bleu_sentences,
-                    seed,
-                    short if label in SHORT else 0,
-                )
-                for label, seed in todo
-            }
-            return {task: future.result() for task, future in futures.items()}
+        calls = {
+            (label, seed): (
+                out,
+                row_folder(label, seed),
+                every if label in SHORT else common,  # §3.5's rows: all pairs up to `short` pieces
+                SHORT[label] if label in SHORT else changes[label],
+                key,
+                bleu_sentences,
+                seed,
+                short if label in SHORT else 0,
+            )
+            for label, seed in todo
+        }
+        return run_queued(run_row, calls, jobs)
 
     measured = train_all(tasks)
     tol = tolerance([measured["base", s] for s in range(1, seeds + 1)])
@@ -566,6 +564,24 @@ def group_verdicts(rows: dict[str, dict[str, Any]], tol: dict[str, float]) -> di
     return out
 
 
+def run_queued(fn: Callable[..., Any], calls: dict[Any, tuple[Any, ...]], jobs: int) -> dict[Any, Any]:
+    """fn(*args) for each of calls, `jobs` at a time in a process pool (in this process for jobs = 1), the results
+    in the calls' order. A call is handed to the pool only when a process is free, so a stop (Ctrl-C: every row
+    running saves its checkpoint and raises) starts no further row: the pool's own queue would run them all."""
+    from concurrent.futures import FIRST_COMPLETED, wait
+
+    results, todo, running = {}, list(calls.items()), {}
+    with _pool(jobs) as pool:
+        while todo or running:
+            while todo and len(running) < jobs:
+                name, args = todo.pop(0)
+                running[pool.submit(fn, *args)] = name
+            done, _ = wait(running, return_when=FIRST_COMPLETED)
+            for future in done:
+                results[running.pop(future)] = future.result()
+    return {name: results[name] for name in calls}
+
+
 def _pool(jobs: int) -> Any:
     """A process pool of `jobs` (spawned: each row its own torch), or this process for jobs = 1."""
     import os
@@ -596,7 +612,7 @@ def _end_with_parent(parent: int) -> None:
 
 
 class _InProcess:
-    """ProcessPoolExecutor's submit for jobs = 1: each row runs in this process when its result is asked for."""
+    """ProcessPoolExecutor's submit for jobs = 1: the call runs in this process as it is submitted."""
 
     def __enter__(self) -> _InProcess:
         return self
@@ -604,8 +620,13 @@ class _InProcess:
     def __exit__(self, *exc: object) -> None:
         return None
 
-    def submit(self, fn: Callable[..., Any], *args: Any) -> Any:
-        return SimpleNamespace(result=lambda: fn(*args))
+    def submit(self, fn: Callable[..., Any], *args: Any) -> Future:
+        future: Future = Future()
+        try:
+            future.set_result(fn(*args))
+        except BaseException as err:  # Ctrl-C too: result() raises it, as a pool's future does
+            future.set_exception(err)
+        return future
 
 
 def table_markdown(rows: list[dict[str, Any]], steps: int) -> str:
