@@ -129,11 +129,13 @@ def test_table3_trains_scores_and_reads_rows_back(tmp_path, monkeypatch, data_di
     monkeypatch.setattr("aiayn.train.loop.train", lambda *a, **k: pytest.fail("a measured row was trained again"))
     again = table3.run_table3(folder, 2, ["h=1"], 2, threads=written[0]["threads"], pairs=300, seeds=1, log=print)
     assert again[1]["ppl"] == written[1]["ppl"]
-    with pytest.raises(ValueError, match="other settings"):
-        table3.run_table3(folder, 3, ["h=1"], 2, threads=written[0]["threads"], pairs=300, seeds=1)
+    with monkeypatch.context() as m:  # refused before any row trains (not after the rows beside it)
+        m.setattr(table3, "run_queued", lambda *a: pytest.fail("rows were trained before the refusal"))
+        with pytest.raises(ValueError, match="holds a Table 3 row run with other settings"):
+            table3.run_table3(folder, 3, ["h=1"], 2, threads=written[0]["threads"], pairs=300, seeds=1)
     with monkeypatch.context() as m:  # the base's own settings changed in the code: its rows are not these
         m.setattr(table3, "SMALL", [o for o in table3.SMALL if "lr_factor" not in o] + ["--train.lr_factor=0.5"])
-        with pytest.raises(ValueError, match="other settings"):
+        with pytest.raises(ValueError, match="holds a Table 3 row run with other settings"):
             table3.run_table3(folder, 2, ["h=1"], 2, threads=written[0]["threads"], pairs=300, seeds=1)
     monkeypatch.setattr("aiayn.train.loop.train", lambda *a, **k: {"minutes": 0.001, "steps": 1})  # Ctrl-C
     with pytest.raises(KeyboardInterrupt, match="the same command resumes it"):
@@ -243,21 +245,26 @@ def _state(pid: int) -> str:
         return "Z"
 
 
-def _row_or_stop(folder: str, name: str) -> str:
-    """A stand-in row for run_queued: "stop" is a row stopped by Ctrl-C, any other leaves its mark."""
+def _row_or_stop(folder: str, name: str, beside: bool) -> str:
+    """A stand-in row for run_queued: "stop" is a row stopped by Ctrl-C, any other leaves its mark; beside: the
+    first row still runs when "stop" raises (it waits for stop's mark, then a while)."""
     if name == "stop":
+        (Path(folder) / "stopping").write_text(name)
         raise KeyboardInterrupt(f"{name} stopped")
-    time.sleep(0.5)
+    while beside and name == "first" and not (Path(folder) / "stopping").exists():
+        time.sleep(0.05)
+    time.sleep(2 if beside and name == "first" else 0)
     (Path(folder) / name).write_text(name)
     return name
 
 
 @pytest.mark.parametrize("jobs", [1, 2])
 def test_a_stopped_row_starts_no_further_row(tmp_path, jobs):
-    """Ctrl-C stops the table: the rows not yet started never start (a pool's own queue would run them all)."""
-    calls = {name: (str(tmp_path), name) for name in ["first", "stop", "third", "fourth", "fifth"]}
+    """Ctrl-C stops the table: the rows not yet started never start (a pool's own queue would run them all),
+    and a row running beside the stopped one ends as it does."""
+    calls = {name: (str(tmp_path), name, jobs > 1) for name in ["first", "stop", "third", "fourth", "fifth"]}
     with pytest.raises(KeyboardInterrupt, match="stop stopped"):
         table3.run_queued(_row_or_stop, calls, jobs)
-    assert {p.name for p in tmp_path.iterdir()} == {"first"}
+    assert {p.name for p in tmp_path.iterdir()} == {"first", "stopping"}
     done = table3.run_queued(_row_or_stop, {n: c for n, c in calls.items() if n != "stop"}, jobs)
     assert list(done) == ["first", "third", "fourth", "fifth"] and list(done.values()) == list(done)

@@ -222,6 +222,24 @@ def shared_vocabulary(out: Path, common: list[str], log: Callable[[str], None]) 
     return path
 
 
+def row_key(key: dict[str, Any], changes: dict[str, Any], seed: int, short: int) -> dict[str, Any]:
+    """What a row's scores were measured under: the table's settings, the row's changes, its seed and cut."""
+    return {**key, "changes": changes, "seed": seed, "short": short}
+
+
+def kept_row(run: Path, key: dict[str, Any]) -> dict[str, float] | None:
+    """The scores run/row.json keeps for these settings (None: not measured yet); other settings are refused."""
+    done = run / "row.json"
+    if not done.is_file():
+        return None
+    kept = json.loads(done.read_text())
+    if kept.get("key") != key:
+        raise ValueError(
+            f"{run} holds a Table 3 row run with other settings ({kept.get('key')}); give another --out or remove it"
+        )
+    return kept["measured"]
+
+
 def run_row(
     out: Path,
     name: str,
@@ -240,17 +258,11 @@ def run_row(
     from ..weights import write_atomic
     from .trained import multi30k_recipe
 
-    run, key = out / name, {**key, "changes": changes, "seed": seed, "short": short}
-    done = run / "row.json"
-    if done.is_file():
-        kept = json.loads(done.read_text())
-        if kept.get("key") != key:
-            raise ValueError(
-                f"{run} holds a Table 3 row run with other settings ({kept.get('key')}); "
-                "give another --out or remove it"
-            )
-        print(f"== {name}: measured before, read from {done}", flush=True)
-        return kept["measured"]
+    run, key = out / name, row_key(key, changes, seed, short)
+    kept = kept_row(run, key)
+    if kept is not None:
+        print(f"== {name}: measured before, read from {run / 'row.json'}", flush=True)
+        return kept
     if not train_missing:
         return None
     extra = [f"--train.seed={seed}", f"--data.vocab={out / 'spm.model'}"]
@@ -268,7 +280,7 @@ def run_row(
         "steps": results.get("steps", 0),
         "minutes": round(results.get("minutes", 0.0), 2),
     }
-    write_atomic(done, json.dumps({"key": key, "measured": measured}, indent=2).encode())
+    write_atomic(run / "row.json", json.dumps({"key": key, "measured": measured}, indent=2).encode())
     print(
         f"== {name}: {measured['steps']:,} steps, {measured['minutes']} min, "
         + ", ".join(f"{k} {v:.2f}" for k, v in measured.items() if k.startswith(("ppl", "bleu"))),
@@ -349,6 +361,8 @@ def run_table3(
             )
             for label, seed in todo
         }
+        for out_, name, _, change, key_, _, seed, cut in calls.values():  # a row of other settings: refused now,
+            kept_row(out_ / name, row_key(key_, change, seed, cut))  # not after the rows beside it have trained
         return run_queued(run_row, calls, jobs)
 
     measured = train_all(tasks)
@@ -596,17 +610,23 @@ def _pool(jobs: int) -> Any:
 
 
 def _end_with_parent(parent: int) -> None:
-    """A row's worker ends when the table's process does, however it was killed (Ctrl-C reaches every process of
-    the group, a kill only the one named): Linux sends it SIGTERM then (PR_SET_PDEATHSIG), and the same command
-    resumes its row from the last checkpoint. Elsewhere a worker ends with its row."""
+    """A row's worker ends when the table's process does, however that was killed (Ctrl-C reaches every process
+    of the group, a kill only the one named): Linux sends it SIGTERM then (PR_SET_PDEATHSIG), and the same command
+    resumes its row from the last checkpoint. Elsewhere a worker left behind stays until stopped.
+
+    The worker ignores SIGINT between rows: Ctrl-C would end an idle one, and the pool would then end the others
+    before they saved their checkpoints. Training sets its own handler (a checkpoint, then stop) while it runs."""
     import ctypes
     import os
     import signal
     import sys
 
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     if not sys.platform.startswith("linux"):
         return
-    ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGTERM))  # 1: PR_SET_PDEATHSIG
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(1, ctypes.c_ulong(signal.SIGTERM)) != 0:  # 1: PR_SET_PDEATHSIG
+        print(f"the row's process will outlive the table's if it is killed: {os.strerror(ctypes.get_errno())}")
     if os.getppid() != parent:  # the parent ended before the request took effect
         os.kill(os.getpid(), signal.SIGTERM)
 
