@@ -348,21 +348,19 @@ def run_table3(
     log(f"{len(tasks)} runs of {steps:,} steps, {jobs} at a time, {threads or 'default'} thread(s) each")
 
     def train_all(todo: list[tuple[str, int]]) -> dict[tuple[str, int], dict[str, float]]:
-        calls = {
+        rows = {  # each row's folder, change and cut (§3.5's rows: `short` pieces; the others none)
             (label, seed): (
-                out,
                 row_folder(label, seed),
-                every if label in SHORT else common,  # §3.5's rows: all pairs up to `short` pieces
-                SHORT[label] if label in SHORT else changes[label],
-                key,
-                bleu_sentences,
-                seed,
-                short if label in SHORT else 0,
+                *((SHORT[label], short) if label in SHORT else (changes[label], 0)),
             )
             for label, seed in todo
         }
-        for out_, name, _, change, key_, _, seed, cut in calls.values():  # a row of other settings: refused now,
-            kept_row(out_ / name, row_key(key_, change, seed, cut))  # not after the rows beside it have trained
+        for (_, seed), (name, change, cut) in rows.items():  # a row of other settings: refused now, not after
+            kept_row(out / name, row_key(key, change, seed, cut))  # the rows beside it have trained
+        calls = {  # §3.5's rows train on all pairs up to `short` pieces, not `--pairs`
+            (label, seed): (out, name, every if label in SHORT else common, change, key, bleu_sentences, seed, cut)
+            for (label, seed), (name, change, cut) in rows.items()
+        }
         return run_queued(run_row, calls, jobs)
 
     measured = train_all(tasks)

@@ -51,6 +51,11 @@ AUXILIARIES = {
 }
 
 
+def unsplit(label: str) -> str:
+    """The treebank's label under the "^" marks of parent annotation and tag splits: NP^S -> NP, IN^PP^VP -> IN."""
+    return label.split("^")[0]
+
+
 def split_tag(tag: str, word: str, parent: str, grandparent: str, only_child: bool) -> str:
     """Klein and Manning's (2003) tag splits, each as a "^" annotation that `untransform` drops: every tag
     marked with its parent phrase (TAG-PA); IN also with the grandparent (SPLIT-IN: preposition, subordinating
@@ -115,13 +120,13 @@ def untransform(tree: Tree) -> Tree:
     """The inverse of transform: @-nodes spliced into their parents, "^" annotations dropped, "A+B" labels
     unfolded."""
     if tree.is_preterminal:
-        return Tree(tree.label.split("^")[0], word=tree.word)
+        return Tree(unsplit(tree.label), word=tree.word)
     children: list[Tree] = []
     for child in (untransform(c) for c in tree.children):
         children.extend(child.children if child.label.startswith("@") else (child,))
     if tree.label.startswith("@"):  # its label may name a collapsed child ("@SBAR|S+VP"): not unfolded
         return Tree(tree.label, tuple(children))
-    labels = tree.label.split("^")[0].split("+")
+    labels = unsplit(tree.label).split("+")
     node = Tree(labels[-1], tuple(children))
     for label in reversed(labels[:-1]):
         node = Tree(label, (node,))
@@ -184,18 +189,18 @@ class PCFG:
         if word in self.lexicon and not lenient:
             return self.lexicon[word]
         sig = signature(word)
+        as_unknown = lambda t: math.log((self.unknown[t, sig] + 1e-3) / self.tag_count[t])  # noqa: E731
         open_tags = {t for t, _ in self.unknown}
-        shape = {t: math.log((self.unknown[t, sig] + 1e-3) / self.tag_count[t]) for t in open_tags}
         if word not in self.lexicon:
-            return shape
+            return {t: as_unknown(t) for t in open_tags}
         own = self.lexicon[word]
-        bases = {t.split("^")[0] for t in own}
+        bases = {unsplit(t) for t in own}
         if bases & DELETE_LABELS:
             return own
-        splits = {t for t in self.tag_count if t.split("^")[0] in bases}
-        more = {t: math.log((self.unknown[t, sig] + 1e-3) / self.tag_count[t]) for t in splits}
-        more |= {t: lp for t, lp in shape.items() if t.split("^")[0] not in DELETE_LABELS}
-        return {**more, **own}
+        more = {t for t in self.tag_count if unsplit(t) in bases} | {
+            t for t in open_tags if unsplit(t) not in DELETE_LABELS
+        }
+        return {**{t: as_unknown(t) for t in more}, **own}
 
     def parse(self, words: list[str]) -> Tree | None:
         """The most probable tree over words (with the tags the grammar chooses); None if it has none. Where the
