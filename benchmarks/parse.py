@@ -14,6 +14,14 @@ F1 (all, <= 40 words), precision, recall, complete match, the mean over the seed
 `--baselines-only valid --pcfg-orders 1,1 2,1 2,1,splits ...` scores the baselines alone (no training), on the
 test or the development files: how BEST was chosen. `--searches constrained` leaves out §6.3's search (slow on an
 undertrained model, which writes up to input length + 300 symbols in every beam).
+
+The silver mix is chosen on the development files, one --out per candidate, the semi-supervised setting alone:
+
+    .venv/bin/python benchmarks/parse.py --split valid --settings semi-supervised --seeds 1 --searches constrained \
+        --silver runs/silver/multi30k.trees.gz --gold-copies 3 --out runs/parse-dev/gold3 --report dev-gold3.md
+
+The chosen candidate's run folder (OUT/semi-supervised-seed1) then serves the test table: copied into its --out,
+it is read back, not trained again.
 """
 
 from __future__ import annotations
@@ -100,6 +108,9 @@ def parse_order(text: str) -> dict:
     return {"vertical": int(parts[0]), "horizontal": int(parts[1]), "split_tags": len(parts) == 3}
 
 
+SETTINGS = ("WSJ only", "semi-supervised")  # Table 4's two training settings
+
+
 def recipe_overrides(args: argparse.Namespace) -> list[str]:
     return [f"--train.max_minutes={args.minutes}", "--train.threads=2", *args.overrides]
 
@@ -114,15 +125,16 @@ def setting_overrides(args: argparse.Namespace, setting: str, seed: int) -> list
 
 
 def transformer_rows(args: argparse.Namespace, recipe, setting: str) -> list[dict]:
-    """Train the setting once per seed (or resume it), parse the test trees with each search, score with EVALB."""
+    """Train the setting once per seed (or resume it), parse the --split trees with each search, score with EVALB."""
     from aiayn.parse.evalb import evalb
     from aiayn.parse.trees import read_treebank
     from aiayn.parser import PAPER_SEARCH, Parser
     from aiayn.recipe import load_recipe
     from aiayn.train.loop import train
 
-    test = read_treebank(recipe.data.archive, recipe.data.test)
-    gold, sentences = [str(t) for t in test], [" ".join(t.words()) for t in test]
+    files = recipe.data.test if args.split == "test" else recipe.data.valid
+    trees = read_treebank(recipe.data.archive, files)
+    gold, sentences = [str(t) for t in trees], [" ".join(t.words()) for t in trees]
     rows = []
     for seed in args.seeds:
         out = Path(args.out) / f"{setting}-seed{seed}"
@@ -182,6 +194,18 @@ def main() -> None:
     parser.add_argument("--silver-trees", type=int, default=0, help="the first N silver trees (default 0: all)")
     parser.add_argument("--gold-copies", type=int, default=1, help="the gold trees repeated this often (default 1)")
     parser.add_argument(
+        "--settings",
+        nargs="+",
+        choices=SETTINGS,
+        help="the Transformer settings to train (default: WSJ only, and semi-supervised with --silver)",
+    )
+    parser.add_argument(
+        "--split",
+        choices=["test", "valid"],
+        default="test",
+        help="the files every row is scored on (default test; valid: choosing the silver mix on the dev files)",
+    )
+    parser.add_argument(
         "--baselines-only",
         choices=["test", "valid"],
         help="no training: the baselines alone on these files, with a PCFG at each of --pcfg-orders",
@@ -206,11 +230,13 @@ def main() -> None:
         stop.set()
         write_report(Path(args.report), rows, loads, 0, args.baselines_only)
         return
-    rows = baselines(recipe, "test", args.pcfg_orders)
-    settings = ["WSJ only"] + (["semi-supervised"] if args.silver else [])
+    settings = args.settings or [s for s in SETTINGS if s != "semi-supervised" or args.silver]
+    if "semi-supervised" in settings and not args.silver:
+        parser.error("--settings semi-supervised needs --silver FILE (aiayn silver writes one)")
+    rows = baselines(recipe, args.split, args.pcfg_orders)
     runs = [r for setting in settings for r in transformer_rows(args, recipe, setting)]
     stop.set()
-    write_report(Path(args.report), rows + mean_rows(runs), loads, args.minutes, runs=runs)
+    write_report(Path(args.report), rows + mean_rows(runs), loads, args.minutes, args.split, runs)
 
 
 def write_report(
