@@ -58,17 +58,9 @@ def row(name: str, result, seconds: float, note: str = "") -> dict:
     }
 
 
-def split_trees(recipe, split: str) -> tuple[str, list]:
-    """The recipe's test or development files: their range and their gold trees."""
-    from aiayn.parse.trees import read_treebank
-
-    files = recipe.data.test if split == "test" else recipe.data.valid
-    return files, read_treebank(recipe.data.archive, files)
-
-
-def baselines(recipe, split: str = "test", orders: list[dict] | None = None) -> list[dict]:
-    """Right-branching, the plain treebank PCFG and a PCFG at each of `orders`, scored on the recipe's test or
-    validation files."""
+def baselines(recipe, test: list, orders: list[dict] | None = None) -> list[dict]:
+    """Right-branching, the plain treebank PCFG and a PCFG at each of `orders`, scored on the gold trees `test`
+    (the recipe's test or development files)."""
     from aiayn.parse.baselines import right_branching
     from aiayn.parse.evalb import evalb
     from aiayn.parse.pcfg import BEST, PCFG
@@ -76,7 +68,6 @@ def baselines(recipe, split: str = "test", orders: list[dict] | None = None) -> 
 
     orders = orders or [BEST]
     d = recipe.data
-    _, test = split_trees(recipe, split)
     gold = [str(t) for t in test]
     began = time.perf_counter()
     rows = [
@@ -133,14 +124,14 @@ def setting_overrides(args: argparse.Namespace, setting: str, seed: int) -> list
     return common
 
 
-def transformer_rows(args: argparse.Namespace, recipe, setting: str) -> list[dict]:
-    """Train the setting once per seed (or resume it), parse the --split trees with each search, score with EVALB."""
+def transformer_rows(args: argparse.Namespace, recipe, setting: str, trees: list) -> list[dict]:
+    """Train the setting once per seed (or resume it), parse the gold trees' sentences with each search, score
+    with EVALB."""
     from aiayn.parse.evalb import evalb
     from aiayn.parser import PAPER_SEARCH, Parser
     from aiayn.recipe import load_recipe
     from aiayn.train.loop import train
 
-    _, trees = split_trees(recipe, args.split)
     gold, sentences = [str(t) for t in trees], [" ".join(t.words()) for t in trees]
     rows = []
     for seed in args.seeds:
@@ -226,10 +217,6 @@ def main() -> None:
     )
     parser.add_argument("overrides", nargs="*", help="recipe overrides, e.g. --model.d_model=512 (after --)")
     args = parser.parse_args()
-    torch.set_num_threads(2)
-    loads: list[float] = [os.getloadavg()[0]]
-    stop = threading.Event()
-    threading.Thread(target=load_sampler, args=(loads, stop), daemon=True).start()
     if args.baselines_only and args.split not in (None, args.baselines_only):
         parser.error(f"--baselines-only {args.baselines_only} and --split {args.split}: give one split")
     args.split = args.baselines_only or args.split or "test"
@@ -241,14 +228,21 @@ def main() -> None:
         recipe = load_recipe(args.recipe, recipe_overrides(args))
     except (OSError, ValueError) as err:
         parser.error(str(err))
-    files, trees = split_trees(recipe, args.split)
+    from aiayn.parse.trees import read_treebank
+
+    torch.set_num_threads(2)
+    loads: list[float] = [os.getloadavg()[0]]
+    stop = threading.Event()
+    threading.Thread(target=load_sampler, args=(loads, stop), daemon=True).start()
+    files = recipe.data.test if args.split == "test" else recipe.data.valid
+    trees = read_treebank(recipe.data.archive, files)  # the gold trees every row is scored on
     scored = f"{files} ({len(trees)} trees)"
-    rows = baselines(recipe, args.split, args.pcfg_orders)
+    rows = baselines(recipe, trees, args.pcfg_orders)
     if args.baselines_only:
         stop.set()
         write_report(Path(args.report), rows, loads, 0, scored)
         return
-    runs = [r for setting in settings for r in transformer_rows(args, recipe, setting)]
+    runs = [r for setting in settings for r in transformer_rows(args, recipe, setting, trees)]
     stop.set()
     write_report(Path(args.report), rows + mean_rows(runs), loads, args.minutes, scored, runs)
 
