@@ -5,8 +5,12 @@ from __future__ import annotations
 import pytest
 
 from aiayn.cli import main
+from aiayn.parse.constrain import TreeShape
+from aiayn.parse.data import pairs
+from aiayn.parse.lexicon import TagLexicon
 from aiayn.parse.pcfg import PCFG
 from aiayn.parse.silver import SilverReport, make_silver, ptb_tokens, read_trees, write_trees
+from aiayn.parse.tokenizer import ParseTokenizer
 from aiayn.parse.trees import read_treebank
 from conftest import DATA, REPO
 from test_parse_cli import ARCHIVE, TINY_PARSER
@@ -60,6 +64,7 @@ def test_a_parser_trains_on_gold_and_silver_trees(tmp_path, capsys):
     extra = [f"--data.silver={silver}", "--data.gold_copies=2"]
     assert main([*command, "--out", str(tmp_path / "run"), *extra]) == 0
     assert f"{2 * gold + 5:,} training trees" in capsys.readouterr().out
+    assert_tables_are_the_gold_trees_once(ParseTokenizer.load(tmp_path / "run"), silver)
     assert main([*command, "--out", str(tmp_path / "three"), *extra, "--data.silver_trees=3"]) == 0
     assert f"{2 * gold + 3:,} training trees" in capsys.readouterr().out
 
@@ -77,3 +82,15 @@ def test_a_parser_trains_on_gold_and_silver_trees(tmp_path, capsys):
         == 2
     )
     assert "data.silver and data.gold_copies are for parsing" in capsys.readouterr().err
+
+
+def assert_tables_are_the_gold_trees_once(tokenizer: ParseTokenizer, silver) -> None:
+    """The constrained search's tables read the gold trees alone, each once; the model trains on all of them."""
+    gold = read_treebank(ARCHIVE, "wsj_0001-0010")
+    sentences, sequences = pairs(gold)
+    bound = [q.split() for q in sequences]
+    assert tokenizer.lexicon == TagLexicon.of(sentences, bound) and tokenizer.shape == TreeShape.of(bound)
+    every, every_sequences = pairs(gold * 2 + read_trees(silver))
+    assert tokenizer.lexicon != TagLexicon.of(every, [q.split() for q in every_sequences])  # the test can fail
+    only_silver = {w for t in read_trees(silver) for w in t.words()} - {w for t in gold for w in t.words()}
+    assert only_silver and not only_silver & set(tokenizer.lexicon.words)

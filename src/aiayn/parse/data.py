@@ -13,7 +13,8 @@
 
 Sources are the words, targets the linearised trees; the tokenizer (OUT/parse-source.spm or, with
 `source_units: words`, OUT/parse-words.json, and OUT/parse-target.json) is built once from the
-training trees and read back on resume.
+training trees and read back on resume. The constrained search's tables in OUT/parse-target.json (the
+tags each word takes, the shapes of the trees) read the gold trees alone, each once (`gold_pairs`).
 """
 
 from __future__ import annotations
@@ -30,7 +31,17 @@ from .trees import Tree, read_treebank
 def read_split(data: DataConfig, files: str) -> tuple[list[str], list[str]]:
     """(sentences, bracket sequences) of the trees in a file range, one pair per tree; the training range with its
     silver trees (`training_trees`)."""
-    trees = training_trees(data) if files == data.train else read_treebank(data.archive, files)
+    return pairs(training_trees(data) if files == data.train else read_treebank(data.archive, files))
+
+
+def gold_pairs(data: DataConfig) -> tuple[list[str], list[str]]:
+    """The gold training trees' pairs, each tree once: what the constrained search's tables are read from. Silver
+    trees are another parser's guesses, and would widen the tags and shapes the search allows; repeated gold trees
+    would make every gold word look frequent, leaving a rare word without its class's tags (parse/lexicon.py)."""
+    return pairs(read_treebank(data.archive, data.train))
+
+
+def pairs(trees: list[Tree]) -> tuple[list[str], list[str]]:
     return sentences(trees), [" ".join(linearize(t)) for t in trees]
 
 

@@ -74,6 +74,10 @@ class WordVocab:
             raise ValueError(f"{path}: not a source word list ({err})") from None
 
 
+def split(sequences: Iterable[str]) -> list[list[str]]:
+    return [seq.split() for seq in sequences]
+
+
 class ParseTokenizer:
     """Words -> subword ids (source); bracket sequences <-> symbol ids (target)."""
 
@@ -93,17 +97,25 @@ class ParseTokenizer:
 
     @classmethod
     def train(
-        cls, sentences: list[str], sequences: Iterable[str], vocab_size: int, units: str = "subwords"
+        cls,
+        sentences: list[str],
+        sequences: Iterable[str],
+        vocab_size: int,
+        units: str = "subwords",
+        tables: tuple[list[str], Iterable[str]] | None = None,
     ) -> ParseTokenizer:
-        """A source vocabulary of vocab_size BPE pieces (or words) on the sentences; every target symbol seen, by frequency."""
-        sequences = [seq.split() for seq in sequences]
+        """A source vocabulary of vocab_size BPE pieces (or words) on the sentences; every target symbol seen, by
+        frequency; the constrained search's shape and tag tables read from `tables`, (sentences, sequences) of the
+        trees that bound the search (by default the same pairs)."""
+        sequences = split(sequences)
         counts = Counter(s for seq in sequences for s in seq)
         source = WordVocab.train(sentences, vocab_size) if units == "words" else Vocab.train(sentences, vocab_size)
+        bound, bound_sequences = (sentences, sequences) if tables is None else (tables[0], split(tables[1]))
         return cls(
             source,
             [*SPECIALS, *sorted(counts, key=lambda s: (-counts[s], s))],
-            TreeShape.of(sequences),
-            TagLexicon.of(sentences, sequences),
+            TreeShape.of(bound_sequences),
+            TagLexicon.of(bound, bound_sequences),
         )
 
     @property

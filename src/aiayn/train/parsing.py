@@ -11,7 +11,7 @@ from pathlib import Path
 import torch
 
 from ..model import Transformer
-from ..parse.data import read_split, sentences
+from ..parse.data import gold_pairs, read_split, sentences
 from ..parse.evalb import evalb
 from ..parse.tokenizer import ParseTokenizer
 from ..parse.trees import read_treebank
@@ -27,11 +27,14 @@ def start_parser(recipe: Recipe, out: Path, log: Log) -> tuple[Transformer, Pars
     """The tokenizer (built once into OUT) and a fresh model with a separate target vocabulary."""
     if not ParseTokenizer.is_saved_in(out):
         if distributed.is_main():
-            src, tgt = read_split(recipe.data, recipe.data.train)
-            tokenizer = ParseTokenizer.train(src, tgt, recipe.data.vocab_size, recipe.data.source_units)
+            d = recipe.data
+            src, tgt = read_split(d, d.train)
+            gold = gold_pairs(d) if d.silver or d.gold_copies != 1 else None  # else the same trees
+            tokenizer = ParseTokenizer.train(src, tgt, d.vocab_size, d.source_units, tables=gold)
+            tables = f"; the search's tables from the {len(gold[0]):,} gold trees" if gold else ""
             log(
-                f"{recipe.data.archive}: {len(src):,} training trees; {len(tokenizer):,} source {recipe.data.source_units}, "
-                f"{tokenizer.target_size:,} target symbols"
+                f"{d.archive}: {len(src):,} training trees; {len(tokenizer):,} source {d.source_units}, "
+                f"{tokenizer.target_size:,} target symbols{tables}"
             )
             tokenizer.save(out)
         distributed.wait_for_rank_0()
