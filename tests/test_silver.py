@@ -63,8 +63,12 @@ def test_a_parser_trains_on_gold_and_silver_trees(tmp_path, capsys):
     command = ["train", str(REPO / "recipes" / "ptb-parse.yaml"), f"--data.archive={ARCHIVE}", *TINY_PARSER]
     extra = [f"--data.silver={silver}", "--data.gold_copies=2"]
     assert main([*command, "--out", str(tmp_path / "run"), *extra]) == 0
-    assert f"{2 * gold + 5:,} training trees" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert f"{2 * gold + 5:,} training trees" in out and f"the search's tables from the {gold:,} gold trees" in out
     assert_tables_are_the_gold_trees_once(ParseTokenizer.load(tmp_path / "run"), silver)
+    assert main([*command, "--out", str(tmp_path / "copies"), "--data.gold_copies=2"]) == 0  # copies, no silver
+    assert f"{2 * gold:,} training trees" in capsys.readouterr().out
+    assert_tables_are_the_gold_trees_once(ParseTokenizer.load(tmp_path / "copies"))
     assert main([*command, "--out", str(tmp_path / "three"), *extra, "--data.silver_trees=3"]) == 0
     assert f"{2 * gold + 3:,} training trees" in capsys.readouterr().out
 
@@ -84,13 +88,12 @@ def test_a_parser_trains_on_gold_and_silver_trees(tmp_path, capsys):
     assert "data.silver and data.gold_copies are for parsing" in capsys.readouterr().err
 
 
-def assert_tables_are_the_gold_trees_once(tokenizer: ParseTokenizer, silver) -> None:
-    """The constrained search's tables read the gold trees alone, each once; the model trains on all of them."""
-    gold = read_treebank(ARCHIVE, "wsj_0001-0010")
+def assert_tables_are_the_gold_trees_once(tokenizer: ParseTokenizer, silver=None) -> None:
+    """The constrained search's tables read the gold trees alone, each once (the run's training trees: the gold
+    ones twice, and the silver ones if given)."""
+    gold = read_treebank(ARCHIVE, "wsj_0001-0010")  # TINY_SPLITS' training files
     sentences, sequences = pairs(gold)
     bound = [q.split() for q in sequences]
     assert tokenizer.lexicon == TagLexicon.of(sentences, bound) and tokenizer.shape == TreeShape.of(bound)
-    every, every_sequences = pairs(gold * 2 + read_trees(silver))
+    every, every_sequences = pairs(gold * 2 + (read_trees(silver) if silver else []))
     assert tokenizer.lexicon != TagLexicon.of(every, [q.split() for q in every_sequences])  # the test can fail
-    only_silver = {w for t in read_trees(silver) for w in t.words()} - {w for t in gold for w in t.words()}
-    assert only_silver and not only_silver & set(tokenizer.lexicon.words)

@@ -42,6 +42,7 @@ def gold_pairs(data: DataConfig) -> tuple[list[str], list[str]]:
 
 
 def pairs(trees: list[Tree]) -> tuple[list[str], list[str]]:
+    """(sentences, bracket sequences), one pair per tree."""
     return sentences(trees), [" ".join(linearize(t)) for t in trees]
 
 

@@ -1,4 +1,5 @@
-"""The tags each word may take, read off the training trees: what the constrained search lets a tag slot hold.
+"""The tags each word may take, read off the gold training trees (each once: aiayn.parse.data.gold_pairs): what the
+constrained search lets a tag slot hold.
 
 Deviation from §6.3, part of the constrained search (`aiayn.parse.constrain`): the paper's decoder
 writes any tag anywhere. With 3,100 training trees the decoder can lose its place in the sentence

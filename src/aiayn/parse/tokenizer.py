@@ -9,8 +9,8 @@ source position k is word k, whose tag is the k-th tag of the target. Stored bes
     DIR/parse-source.spm     the source SentencePiece model (ids 0-3: <pad> <s> </s> <unk>), or
     DIR/parse-words.json     {"words": [...]}, the source words and unknown-word classes in id order
     DIR/parse-target.json    {"symbols": [...], "shape": {...}, "lexicon": {...}}, the target vocabulary
-                             in id order (the same 0-3), the training trees' bounds
-                             (aiayn.parse.constrain.TreeShape) and the tags each training word took
+                             in id order (the same 0-3), the gold training trees' bounds
+                             (aiayn.parse.constrain.TreeShape) and the tags each of their words took
                              (aiayn.parse.lexicon.TagLexicon); older files have neither or no lexicon
 """
 
@@ -75,6 +75,7 @@ class WordVocab:
 
 
 def split(sequences: Iterable[str]) -> list[list[str]]:
+    """Bracket sequences, symbols separated by spaces -> lists of symbols."""
     return [seq.split() for seq in sequences]
 
 

@@ -1,5 +1,6 @@
-"""Training a parser (§6.3): the tokenizer built once from the training trees, a model with a target
-vocabulary of its own, and the test set parsed and scored with EVALB's rules at the end of the run.
+"""Training a parser (§6.3): the tokenizer built once from the training trees (its search tables from the gold
+ones alone), a model with a target vocabulary of its own, and the test set parsed and scored with EVALB's rules at
+the end of the run.
 """
 
 from __future__ import annotations
@@ -29,12 +30,12 @@ def start_parser(recipe: Recipe, out: Path, log: Log) -> tuple[Transformer, Pars
         if distributed.is_main():
             d = recipe.data
             src, tgt = read_split(d, d.train)
-            gold = gold_pairs(d) if d.silver or d.gold_copies != 1 else None  # else the same trees
+            gold = gold_pairs(d)
             tokenizer = ParseTokenizer.train(src, tgt, d.vocab_size, d.source_units, tables=gold)
-            tables = f"; the search's tables from the {len(gold[0]):,} gold trees" if gold else ""
+            note = f"; the search's tables from the {len(gold[0]):,} gold trees" if len(gold[0]) != len(src) else ""
             log(
                 f"{d.archive}: {len(src):,} training trees; {len(tokenizer):,} source {d.source_units}, "
-                f"{tokenizer.target_size:,} target symbols{tables}"
+                f"{tokenizer.target_size:,} target symbols{note}"
             )
             tokenizer.save(out)
         distributed.wait_for_rank_0()
