@@ -8,9 +8,9 @@ right after it opened, or one that would close the root before every word has a 
 opening bracket once every word has its tag; </s> before the tree is complete. Any search (beam,
 greedy) runs on it unchanged.
 
-The gold training trees (each once, no silver ones) bound the shape (`TreeShape`, kept with the target vocabulary): no more
-opening brackets in a row, and no deeper nesting, than any training tree has (6 and 28 in the
-sample's training files). Without that bound a model that has lost its place in the sentence
+The gold training trees (each once, no silver ones) bound the shape (`TreeShape`, kept with the
+target vocabulary): no more opening brackets in a row, and no deeper nesting, than any of them has
+(6 and 28 in the sample's training files). Without that bound a model that has lost its place in the sentence
 opens brackets over and over ("(NP (NP (NP ...") until the length limit. And a constituent begins
 and ends with a tag that training saw its label begin or end with: "(NP" only where the next word
 may take a tag that begins an NP (then only such a tag), ")NP" only after such a last tag (any,
